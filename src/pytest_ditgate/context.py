@@ -1,0 +1,65 @@
+"""The session-wide ditgate state (:class:`DitgateContext`), built once per pytest run and kept in the stash."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+
+from pytest_ditgate import options
+from pytest_ditgate.keys import context_key
+
+if TYPE_CHECKING:
+    from pytest_ditgate.device import DeviceInfo
+
+#: fixtures whose use makes a test a gate test (skipped with a reason when ``--ditgate`` is off)
+GATE_FIXTURES = frozenset({"kernel_check", "ditbench", "golden", "ditgate_device", "quality_gate", "dit_contract"})
+#: markers that make a test a gate test
+GATE_MARKERS = frozenset({"ditgate", "requires_gpu"})
+
+OFF_REASON = "ditgate gate test: gates are off; run pytest with --ditgate (or set ditgate = true in the ini file)"
+
+
+@dataclass
+class DitgateContext:
+    """Options read once, plus lazily probed device info."""
+
+    enabled: bool
+    target: str | None
+    artefact_dir: Path
+    is_xdist_worker: bool
+    _device: "DeviceInfo | None" = field(default=None, repr=False)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "DitgateContext":
+        raw_dir = options.get_option(config, options.ARTEFACT_DIR) or os.environ.get("DITGATE_DIR")
+        artefact_dir = Path(raw_dir) if raw_dir else Path(config.rootpath) / ".ditgate"
+        if not artefact_dir.is_absolute():
+            artefact_dir = Path(config.rootpath) / artefact_dir
+        return cls(
+            enabled=bool(options.get_option(config, options.ENABLE)),
+            target=options.get_option(config, options.TARGET),
+            artefact_dir=artefact_dir,
+            is_xdist_worker=hasattr(config, "workerinput"),
+        )
+
+    def device(self) -> "DeviceInfo":
+        """The device skip decisions use (profile or detection), probed on first use."""
+        if self._device is None:
+            from pytest_ditgate.device import current_device
+
+            self._device = current_device()
+        return self._device
+
+    def artefact_path(self, *parts: str) -> Path:
+        """A path under the artefact folder, its parent created."""
+        path = self.artefact_dir.joinpath(*parts)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return path
+
+
+def get_context(config: pytest.Config) -> DitgateContext:
+    return config.stash[context_key]

@@ -1,0 +1,101 @@
+"""Option declarations: each ditgate option exists once, as a command-line flag and an ini key.
+
+Concern modules declare their options as :class:`OptionSpec` lists; ``plugin.py`` adds them all to the
+single ``ditgate`` option group. Values are read back with :func:`get_option`, which prefers the
+command line, then ``[tool.pytest.ini_options]``, then the default.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable
+
+import pytest
+
+GROUP_NAME = "ditgate"
+GROUP_DESCRIPTION = "ditgate: GPU correctness, speed and quality gates"
+
+
+@dataclass(frozen=True)
+class OptionSpec:
+    """One ditgate option: ``--ditgate-foo`` on the command line and ``ditgate_foo`` in the ini file."""
+
+    flag: str
+    help: str
+    kind: str = "string"  # "bool" or "string"
+    default: Any = None
+    choices: tuple[str, ...] | None = None
+    parse: Callable[[str], Any] | None = None  # validates at argument-parsing time
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+    @property
+    def ini(self) -> str:
+        return self.dest
+
+
+def _argparse_type(spec: OptionSpec) -> Callable[[str], Any] | None:
+    if spec.parse is None:
+        return None
+    parse = spec.parse
+
+    def checked(text: str) -> Any:
+        import argparse
+
+        try:
+            return parse(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(f"{spec.flag}: {exc}") from None
+
+    return checked
+
+
+def add_options(parser: pytest.Parser, specs: Iterable[OptionSpec]) -> None:
+    """Add ``specs`` to the ``ditgate`` group and as ini keys."""
+    group = parser.getgroup(GROUP_NAME, GROUP_DESCRIPTION)
+    for spec in specs:
+        if spec.kind == "bool":
+            group.addoption(spec.flag, dest=spec.dest, action="store_const", const=True, default=None,
+                            help=spec.help)
+            parser.addini(spec.ini, spec.help, type="bool", default=bool(spec.default))
+        else:
+            group.addoption(spec.flag, dest=spec.dest, default=None, choices=spec.choices,
+                            type=_argparse_type(spec), help=spec.help)
+            parser.addini(spec.ini, spec.help, type="string",
+                          default="" if spec.default is None else str(spec.default))
+
+
+def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
+    """The option's value: command line, else ini, else default; ini strings are validated like flags."""
+    value = config.getoption(spec.dest, default=None)
+    if value is not None:
+        return value
+    raw = config.getini(spec.ini)
+    if spec.kind == "bool":
+        return bool(raw)
+    if raw in ("", None):
+        return spec.default
+    if spec.choices is not None and raw not in spec.choices:
+        raise pytest.UsageError(f"ini option {spec.ini}={raw!r}: choose from {', '.join(spec.choices)}")
+    if spec.parse is not None:
+        try:
+            return spec.parse(raw)
+        except ValueError as exc:
+            raise pytest.UsageError(f"ini option {spec.ini}={raw!r}: {exc}") from None
+    return raw
+
+
+ENABLE = OptionSpec("--ditgate", "turn the ditgate gates on (without it gate tests are skipped)", kind="bool")
+TARGET = OptionSpec(
+    "--ditgate-target",
+    "the device this runner must have: a profile name (a5500, h200, ...) or an arch (sm_86); "
+    "a mismatch fails the session at start instead of skipping every GPU test",
+)
+ARTEFACT_DIR = OptionSpec(
+    "--ditgate-dir",
+    "where run artefacts go (ledger, environment.json, failure images); default: <rootdir>/.ditgate",
+)
+
+CORE_OPTIONS = (ENABLE, TARGET, ARTEFACT_DIR)

@@ -1,0 +1,231 @@
+"""Device requirements of a test (the keywords of ``@pytest.mark.requires_gpu``), parsed and evaluated.
+
+Pure functions over :class:`~pytest_ditgate.device.DeviceInfo`: no torch, no pytest state. Parsing
+rejects unknown keys and malformed specs; evaluation returns the exact list of what is missing.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from pytest_ditgate.device import SDPA_BACKENDS, DeviceInfo
+from pytest_ditgate.errors import DitgateUsageError
+
+_OPS: dict[str, Callable[[Any, Any], bool]] = {
+    ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt,
+}
+_SDPA_ALIASES = {
+    "flash": "flash", "flash_attention": "flash",
+    "efficient": "efficient", "mem_efficient": "efficient", "memory_efficient": "efficient",
+    "cudnn": "cudnn", "cudnn_attention": "cudnn",
+    "math": "math",
+}
+
+Version = tuple[int, ...]
+
+
+def parse_version(text: str, *, arch: bool = False) -> Version:
+    """``"8.6"`` or ``"12.4.1"`` -> tuple of ints; with ``arch``, also ``"sm_86"`` and ``"86"``."""
+    raw = str(text).strip().lower()
+    if arch and raw.startswith("sm"):
+        digits = raw[3:] if raw.startswith("sm_") else raw[2:]
+        if not digits.isdigit() or len(digits) < 2:
+            raise DitgateUsageError(f"bad arch {text!r}: expected like 'sm_86'")
+        return (int(digits[:-1]), int(digits[-1]))
+    if arch and raw.isdigit() and len(raw) >= 2:
+        return (int(raw[:-1]), int(raw[-1]))
+    parts = raw.split(".")
+    if not all(part.isdigit() for part in parts):
+        raise DitgateUsageError(f"bad version {text!r}: expected numbers like '8.6'")
+    return tuple(int(part) for part in parts)
+
+
+def _fmt(version: Version) -> str:
+    return ".".join(str(x) for x in version)
+
+
+@dataclass(frozen=True)
+class VersionSpec:
+    """A version condition: clauses that must all hold (``>=8.0,<9.0``), or a list of alternatives."""
+
+    alternatives: tuple[tuple[tuple[str, Version], ...], ...]
+    text: str
+
+    def matches(self, version: Version) -> bool:
+        def holds(op: str, bound: Version) -> bool:
+            width = max(len(version), len(bound))
+            left = version + (0,) * (width - len(version))
+            right = bound + (0,) * (width - len(bound))
+            if op == "==" and len(bound) < len(version):  # "==12" matches 12.x
+                left = version[: len(bound)]
+                right = bound
+            return _OPS[op](left, right)
+
+        return any(all(holds(op, bound) for op, bound in clauses) for clauses in self.alternatives)
+
+
+_CLAUSE = re.compile(r"^\s*(>=|<=|==|!=|>|<)?\s*([A-Za-z_]*[\d.]+)\s*$")
+
+
+def parse_version_spec(spec: Any, *, what: str, arch: bool = False) -> VersionSpec:
+    """Parse ``">=8.0"``, ``"==8.6"``, ``"8.0-8.9"`` (inclusive range), ``">=8.0,<9.0"`` or a list (any of)."""
+    items = list(spec) if isinstance(spec, (list, tuple, set, frozenset)) else [spec]
+    if not items:
+        raise DitgateUsageError(f"{what}: empty list")
+    alternatives = []
+    for item in items:
+        if isinstance(item, (int, float)) and not isinstance(item, bool):
+            item = str(item)
+        if not isinstance(item, str):
+            raise DitgateUsageError(f"{what}: expected a string like '>=8.0', got {item!r}")
+        text = item.strip()
+        range_match = re.fullmatch(r"([\w.]+)\s*-\s*([\w.]+)", text)
+        if range_match and not text.startswith(("<", ">", "=", "!")):
+            low, high = (parse_version(x, arch=arch) for x in range_match.groups())
+            alternatives.append(((">=", low), ("<=", high)))
+            continue
+        clauses = []
+        for part in text.split(","):
+            match = _CLAUSE.match(part)
+            if not match:
+                raise DitgateUsageError(f"{what}: cannot parse {part.strip()!r} (examples: '>=8.0', '==8.6', '8.0-8.9')")
+            op = match.group(1) or "=="
+            clauses.append((op, parse_version(match.group(2), arch=arch)))
+        alternatives.append(tuple(clauses))
+    text = ", ".join(str(i) for i in items)
+    return VersionSpec(tuple(alternatives), text)
+
+
+def _display_spec(spec: VersionSpec, prefix: str) -> str:
+    """``sm>=8.9`` / ``sm in {8.6, 9.0}`` for skip reasons."""
+    if len(spec.alternatives) == 1:
+        return ",".join(f"{prefix}{op}{_fmt(v)}" for op, v in spec.alternatives[0])
+    parts = [",".join(f"{op}{_fmt(v)}" for op, v in alt) for alt in spec.alternatives]
+    return f"{prefix} in {{{'; '.join(parts)}}}"
+
+
+@dataclass(frozen=True)
+class Requirements:
+    """Parsed ``requires_gpu`` keywords. ``None`` fields are not required."""
+
+    cc: VersionSpec | None = None
+    min_memory_gb: float | None = None
+    bf16: bool = False
+    fp8: bool = False
+    tf32: bool = False
+    sdpa: tuple[str, ...] = ()
+    gpus: int = 1
+    nvcc: VersionSpec | bool = False
+    triton: VersionSpec | bool = False
+    why: str | None = None
+
+
+KNOWN_KEYS = ("cc", "min_memory_gb", "bf16", "fp8", "tf32", "sdpa", "gpus", "nvcc", "triton", "why")
+
+
+def _flag(key: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise DitgateUsageError(f"requires_gpu({key}=...) takes True or False, got {value!r}")
+    return value
+
+
+def _tool(key: str, value: Any) -> VersionSpec | bool:
+    if isinstance(value, bool):
+        return value
+    return parse_version_spec(value, what=f"requires_gpu({key}=...)")
+
+
+def parse_requirements(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Requirements:
+    """Validate marker arguments; unknown keys and bad values raise :class:`DitgateUsageError`."""
+    if args:
+        raise DitgateUsageError(
+            f"requires_gpu takes keyword requirements only (got positional {args!r}); known: {', '.join(KNOWN_KEYS)}"
+        )
+    unknown = sorted(set(kwargs) - set(KNOWN_KEYS))
+    if unknown:
+        raise DitgateUsageError(
+            f"requires_gpu got unknown requirement(s) {', '.join(unknown)}; known: {', '.join(KNOWN_KEYS)}"
+        )
+    fields: dict[str, Any] = {}
+    if "cc" in kwargs:
+        fields["cc"] = parse_version_spec(kwargs["cc"], what="requires_gpu(cc=...)", arch=True)
+    if "min_memory_gb" in kwargs:
+        value = kwargs["min_memory_gb"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+            raise DitgateUsageError(f"requires_gpu(min_memory_gb=...) takes a positive number, got {value!r}")
+        fields["min_memory_gb"] = float(value)
+    for key in ("bf16", "fp8", "tf32"):
+        if key in kwargs:
+            fields[key] = _flag(key, kwargs[key])
+    if "sdpa" in kwargs:
+        raw = kwargs["sdpa"]
+        names = [raw] if isinstance(raw, str) else list(raw)
+        backends = []
+        for name in names:
+            canonical = _SDPA_ALIASES.get(str(name).lower())
+            if canonical is None:
+                raise DitgateUsageError(
+                    f"requires_gpu(sdpa=...): unknown backend {name!r}; known: {', '.join(SDPA_BACKENDS)}"
+                )
+            backends.append(canonical)
+        fields["sdpa"] = tuple(backends)
+    if "gpus" in kwargs:
+        value = kwargs["gpus"]
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise DitgateUsageError(f"requires_gpu(gpus=...) takes an integer >= 1, got {value!r}")
+        fields["gpus"] = value
+    for key in ("nvcc", "triton"):
+        if key in kwargs:
+            fields[key] = _tool(key, kwargs[key])
+    if "why" in kwargs:
+        fields["why"] = str(kwargs["why"])
+    return Requirements(**fields)
+
+
+def _gib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n / 2**30:.1f} GB"
+
+
+def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
+    """Each requirement the device does not meet, worded for a skip reason (empty: all met)."""
+    if not device.is_cuda:
+        return ["a CUDA GPU"]
+    missing: list[str] = []
+    if req.cc is not None and (device.cc is None or not req.cc.matches(device.cc)):
+        missing.append(_display_spec(req.cc, "sm"))
+    if req.gpus > 1 and device.gpu_count < req.gpus:
+        missing.append(f"{req.gpus} GPUs (found {device.gpu_count})")
+    if req.min_memory_gb is not None:
+        total = device.total_memory_bytes
+        if total is None or total < req.min_memory_gb * 2**30:
+            missing.append(f"{req.min_memory_gb:g} GB of device memory (has {_gib(total)})")
+    if req.bf16 and not device.bf16:
+        missing.append("bf16")
+    if req.fp8 and not device.fp8:
+        missing.append("fp8 (sm>=8.9)")
+    if req.tf32 and not device.tf32:
+        missing.append("tf32 (sm>=8.0)")
+    for backend in req.sdpa:
+        if not device.sdpa.get(backend, False):
+            missing.append(f"the {backend} SDPA backend")
+    for tool, spec in (("nvcc", req.nvcc), ("triton", req.triton)):
+        if spec is False:
+            continue
+        version = getattr(device, tool)
+        if version is None:
+            missing.append(tool if spec is True else f"{tool} {spec.text}")
+        elif isinstance(spec, VersionSpec) and not spec.matches(parse_version(version.split("+")[0])):
+            missing.append(f"{tool} {spec.text} (found {version})")
+    return missing
+
+
+def skip_reason(req: Requirements, device: DeviceInfo) -> str | None:
+    """``needs sm>=8.9 for fp8; device is sm_86 (NVIDIA RTX A5500)``, or None when every requirement holds."""
+    missing = unmet(req, device)
+    if not missing:
+        return None
+    purpose = f" for {req.why}" if req.why else ""
+    return f"needs {', '.join(missing)}{purpose}; device is {device.describe()}"

@@ -1,0 +1,74 @@
+"""The ``requires_gpu`` capability marker and the gates-off skip.
+
+Deciding is kept apart from acting: :func:`evaluate_device_marks` returns a frozen :class:`Skip` (or
+None) and the hooks only act on it, like pytest's own ``skipping.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+from pytest_ditgate.context import GATE_FIXTURES, GATE_MARKERS, OFF_REASON, get_context
+from pytest_ditgate.device import DeviceInfo
+from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.requirements import Requirements, parse_requirements, skip_reason
+
+MARKER_DOCS = (
+    "requires_gpu(cc=None, min_memory_gb=None, bf16=False, fp8=False, tf32=False, sdpa=(), gpus=1, "
+    "nvcc=False, triton=False, why=None): run only on a device with these capabilities; bare, any CUDA GPU. "
+    "cc takes '>=8.0', '==8.6', '8.0-8.9', '>=8.0,<9.0' or a list of alternatives.",
+    "ditgate: a gate test; skipped unless pytest runs with --ditgate.",
+)
+
+
+@dataclass(frozen=True)
+class Skip:
+    reason: str
+
+
+def item_requirements(item: pytest.Item) -> list[Requirements]:
+    """Every ``requires_gpu`` marker on ``item``, parsed (raises DitgateUsageError on a bad one)."""
+    return [parse_requirements(mark.args, dict(mark.kwargs)) for mark in item.iter_markers("requires_gpu")]
+
+
+def evaluate_device_marks(item: pytest.Item, device: DeviceInfo) -> Skip | None:
+    """The skip decision for ``item`` on ``device``: the first unmet marker's reason, or None."""
+    for requirement in item_requirements(item):
+        reason = skip_reason(requirement, device)
+        if reason is not None:
+            return Skip(reason)
+    return None
+
+
+def is_gate_test(item: pytest.Item) -> bool:
+    fixturenames = set(getattr(item, "fixturenames", ()))
+    return bool(fixturenames & GATE_FIXTURES) or any(item.get_closest_marker(m) for m in GATE_MARKERS)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Reject malformed requirement markers at collection; mark gate tests skipped when gates are off."""
+    problems = []
+    for item in items:
+        try:
+            item_requirements(item)
+        except DitgateUsageError as exc:
+            problems.append(f"{item.nodeid}: {exc}")
+    if problems:
+        raise pytest.UsageError("bad requires_gpu marker(s):\n  " + "\n  ".join(problems))
+    context = get_context(config)
+    if not context.enabled:
+        off = pytest.mark.skip(reason=OFF_REASON)
+        for item in items:
+            if is_gate_test(item):
+                item.add_marker(off)
+        return
+    marked = [item for item in items if item.get_closest_marker("requires_gpu") is not None]
+    if not marked:
+        return  # no device probe (and no torch import) for suites that never ask for a GPU
+    device = context.device()
+    for item in marked:
+        decision = evaluate_device_marks(item, device)
+        if decision is not None:
+            item.add_marker(pytest.mark.skip(reason=decision.reason))

@@ -1,0 +1,31 @@
+"""Shared helpers for the plugin's own tests (pytester based)."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _no_profile_leak(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts with no device profile and a fresh device cache."""
+    from pytest_ditgate import device
+
+    monkeypatch.delenv("DITGATE_DEVICE_PROFILE", raising=False)
+    device.clear_cache()
+    yield
+    device.clear_cache()
+
+
+@pytest.fixture
+def use_profile(monkeypatch: pytest.MonkeyPatch):
+    """Select a device profile for in-process pytester runs."""
+    from pytest_ditgate import device
+
+    def select(name: str | None) -> None:
+        if name is None:
+            monkeypatch.delenv("DITGATE_DEVICE_PROFILE", raising=False)
+        else:
+            monkeypatch.setenv("DITGATE_DEVICE_PROFILE", name)
+        device.clear_cache()
+
+    return select

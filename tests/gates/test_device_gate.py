@@ -1,0 +1,33 @@
+"""Gate suite: the device this run is judged on is known, and GPU-only checks run exactly where they can."""
+
+from __future__ import annotations
+
+import pytest
+
+
+def test_device_is_identified(ditgate_device) -> None:
+    assert ditgate_device.arch == "cpu" or ditgate_device.arch.startswith("sm_")
+    if ditgate_device.is_cuda:
+        assert ditgate_device.sm_count and ditgate_device.total_memory_bytes and ditgate_device.l2_bytes
+
+
+@pytest.mark.requires_gpu(bf16=True, why="bf16 tensor math")
+def test_bf16_matmul_on_gpu() -> None:
+    import torch
+
+    a = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    ref = a.double() @ a.double()
+    out = (a @ a).double()
+    assert ((out - ref).norm() / ref.norm()).item() < 1e-2
+
+
+@pytest.mark.requires_gpu(sdpa="flash", why="flash attention")
+def test_flash_sdpa_runs() -> None:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    q = torch.randn(2, 4, 128, 64, device="cuda", dtype=torch.bfloat16)
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+        out = torch.nn.functional.scaled_dot_product_attention(q, q, q)
+    ref = torch.nn.functional.scaled_dot_product_attention(q.double(), q.double(), q.double())
+    assert ((out.double() - ref).norm() / ref.norm()).item() < 1e-2

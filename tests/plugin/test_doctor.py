@@ -1,0 +1,75 @@
+"""``ditgate doctor``: text and JSON output, exit codes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from pytest_ditgate import cli, doctor
+
+
+def run_cli(*args: str, env_profile: str | None = None) -> subprocess.CompletedProcess:
+    import os
+
+    env = dict(os.environ)
+    env.pop("DITGATE_DEVICE_PROFILE", None)
+    if env_profile:
+        env["DITGATE_DEVICE_PROFILE"] = env_profile
+    return subprocess.run([sys.executable, "-m", "pytest_ditgate", *args], capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_doctor_json_reports_device_and_dependencies() -> None:
+    proc = run_cli("doctor", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["ok"] is True
+    assert data["dependencies"]["torch"]["importable"] is True
+    assert set(data["device"]["sdpa"]) == {"flash", "efficient", "cudnn", "math"}
+    assert any("artefacts" in key for key in data["workspaces"])
+
+
+def test_doctor_text_under_a_profile_says_so() -> None:
+    proc = run_cli("doctor", env_profile="a5500")
+    assert proc.returncode == 0
+    assert "PROFILE a5500 in force" in proc.stdout
+    assert "bf16 yes, fp8 no, tf32 yes" in proc.stdout
+    assert "flash yes" in proc.stdout
+    assert "real device" in proc.stdout
+
+
+def test_doctor_target_mismatch_exits_non_zero() -> None:
+    proc = run_cli("doctor", "--target", "a5500", env_profile="h200")
+    assert proc.returncode == 1
+    assert "target mismatch" in proc.stdout and "NOT READY" in proc.stdout
+
+
+def test_doctor_missing_required_dependency_exits_non_zero(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    real_import = doctor.importlib.import_module
+
+    def fake_import(name: str, *args, **kwargs):
+        if name == "safetensors":
+            raise ImportError("No module named 'safetensors'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(doctor.importlib, "import_module", fake_import)
+    assert cli.main(["doctor", "--json"]) == 1
+    data = json.loads(capsys.readouterr().out)
+    assert data["ok"] is False
+    assert any("safetensors is not importable" in p for p in data["problems"])
+
+
+def test_doctor_missing_optional_dependency_only_warns(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    real_import = doctor.importlib.import_module
+
+    def fake_import(name: str, *args, **kwargs):
+        if name == "lpips":
+            raise ImportError("No module named 'lpips'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(doctor.importlib, "import_module", fake_import)
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "lpips" in out and "MISSING" in out

@@ -1,0 +1,68 @@
+"""Without --ditgate the plugin only registers markers and options, and costs no heavy import."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+
+import pytest
+
+GATE_SUITE = """
+import pytest
+
+@pytest.mark.requires_gpu
+def test_gpu():
+    pass
+
+@pytest.mark.ditgate
+def test_gate():
+    pass
+
+def test_plain():
+    pass
+"""
+
+
+def test_gate_tests_skip_with_how_to_enable(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(GATE_SUITE)
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines(["*gates are off; run pytest with --ditgate*"])
+
+
+def test_ini_option_turns_gates_on(pytester: pytest.Pytester, use_profile) -> None:
+    use_profile("h200")
+    pytester.makeini("[pytest]\nditgate = true\n")
+    pytester.makepyfile(GATE_SUITE)
+    pytester.runpytest().assert_outcomes(passed=3)
+
+
+def test_markers_are_registered(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["*requires_gpu(cc=None*", "*ditgate: a gate test*"])
+
+
+def test_options_in_one_group(pytester: pytest.Pytester) -> None:
+    result = pytester.runpytest("--help")
+    result.stdout.fnmatch_lines(["ditgate: GPU correctness, speed and quality gates:", "*--ditgate *", "*--ditgate-target*"])
+
+
+def test_no_torch_import_when_collecting_a_torch_free_suite(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(GATE_SUITE)
+    pytester.makeconftest(textwrap.dedent("""
+        import sys
+        def pytest_collection_finish(session):
+            heavy = sorted(m for m in ("torch", "diffusers", "pynvml", "triton") if m in sys.modules)
+            print("HEAVY=" + ",".join(heavy))
+    """))
+    result = pytester.runpytest_subprocess("--co", "-q", "-s")
+    result.stdout.fnmatch_lines(["HEAVY="])
+    assert result.ret == 0
+
+
+def test_importing_the_plugin_imports_no_torch() -> None:
+    import subprocess
+
+    code = "import sys, pytest_ditgate.plugin, pytest_ditgate; print(sorted(m for m in ('torch','pynvml','diffusers') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"

@@ -1,0 +1,77 @@
+"""--ditgate-target fails a session on the wrong device; the header, JUnit XML and environment.json carry provenance."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+SUITE = "import pytest\n@pytest.mark.requires_gpu\ndef test_gpu():\n    pass\ndef test_plain():\n    pass\n"
+
+
+@pytest.mark.parametrize("profile, target", [("h200", "a5500"), ("a5500", "sm_90"), ("cpu", "a5500"), ("rtx4090", "a5500")])
+def test_target_mismatch_fails_the_session(pytester: pytest.Pytester, use_profile, profile: str, target: str) -> None:
+    use_profile(profile)
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--ditgate", f"--ditgate-target={target}")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"*ditgate target mismatch*--ditgate-target={target}*not a reason to skip*"])
+    assert "passed" not in result.stdout.str()  # nothing ran
+
+
+def test_real_cpu_machine_fails_a_gpu_target(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(SUITE)
+    result = pytester.runpytest("--ditgate", "--ditgate-target=a5500")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*device is cpu (*"])
+
+
+@pytest.mark.parametrize("profile, target", [("a5500", "a5500"), ("a5500", "sm_86"), ("h200", "h200"), ("cpu", "cpu")])
+def test_target_match_runs(pytester: pytest.Pytester, use_profile, profile: str, target: str) -> None:
+    use_profile(profile)
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.runpytest("--ditgate", f"--ditgate-target={target}").assert_outcomes(passed=1)
+
+
+def test_unknown_target_is_a_usage_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest("--ditgate", "--ditgate-target=b9000")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*unknown device profile 'b9000'*"])
+
+
+def test_header_line_names_device_and_profile(pytester: pytest.Pytester, use_profile) -> None:
+    use_profile("a5500")
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest("--ditgate")
+    result.stdout.fnmatch_lines(["ditgate: NVIDIA RTX A5500 sm_86, 24 GiB, driver ?, torch *, CUDA ?*PROFILE a5500 in force*"])
+
+
+def test_header_absent_when_gates_off(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest()
+    assert "ditgate:" not in result.stdout.str()
+
+
+def test_junit_properties_and_environment_json(pytester: pytest.Pytester, use_profile) -> None:
+    use_profile("h200")
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest("--ditgate", "--junitxml=out.xml", "-o", "junit_family=xunit2")
+    result.assert_outcomes(passed=1)
+    root = ET.parse(pytester.path / "out.xml").getroot()
+    props = {p.get("name"): p.get("value") for p in root.iter("property")}
+    assert props["ditgate_arch"] == "sm_90"
+    assert props["ditgate_device"] == "NVIDIA H200"
+    assert props["ditgate_device_source"].startswith("profile:h200")
+    env = json.loads((pytester.path / ".ditgate" / "environment.json").read_text())
+    assert env["device"]["arch"] == "sm_90" and env["profile"] == "h200"
+    assert env["real_device"]["arch"] in ("cpu",) or env["real_device"]["arch"].startswith("sm_")
+    assert env["packages"]["pytest"]
+
+
+def test_artefact_dir_option(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.runpytest("--ditgate", "--ditgate-dir=artefacts/here").assert_outcomes(passed=1)
+    assert (pytester.path / "artefacts" / "here" / "environment.json").is_file()
+    assert not (pytester.path / ".ditgate").exists()
