@@ -11,3 +11,7 @@ if TYPE_CHECKING:
 
 #: the session-wide ditgate state, built once in ``pytest_configure``
 context_key = pytest.StashKey["DitgateContext"]()
+
+#: per test item: one ``(label, passed, reason)`` tuple per ``kernel_check`` call in that test, so that
+#: ``ditbench`` can refuse to time an output that failed its reference check (correct before fast)
+kernel_checks_key = pytest.StashKey["list[tuple[str, bool, str | None]]"]()
