@@ -6,13 +6,15 @@ export PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$OUT/pip.log" 2>&1
 export PYTHONPATH=/tmp/site:$PWD/src:$PWD
 python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/pip.log" 2>&1 || echo "editable install failed (using PYTHONPATH)"
+P=""; python3 -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.name=='ditgate' for e in m.entry_points(group='pytest11')) else 1)" || P="-p pytest_ditgate.plugin"
+echo "plugin load: ${P:-entry point}"
 python3 -m pytest_ditgate doctor --json > "$OUT/doctor.json" 2> "$OUT/doctor.err"; echo "doctor rc=$?"
 python3 -m pytest_ditgate doctor | head -12
-python3 -m pytest -p pytest_ditgate.plugin --ditgate tests/gates/test_device_gate.py -v -rs 2>&1 | tee "$OUT/gate.log" | tail -8
-DITGATE_DEVICE_PROFILE=a5500 python3 -m pytest -p pytest_ditgate.plugin --ditgate tests/gates/test_device_gate.py -rs 2>&1 | tail -4
-python3 -m pytest -p pytest_ditgate.plugin --ditgate --ditgate-target=h200 tests/gates/test_device_gate.py -q 2>&1 | tail -2
-python3 -m pytest -p pytest_ditgate.plugin --ditgate --ditgate-target=a5500 tests/gates/test_device_gate.py -q 2>&1 | tail -3
-python3 -m pytest -p pytest_ditgate.plugin tests/plugin -q -x 2>&1 | tail -5 | tee "$OUT/plugin_tests.log"
+python3 -m pytest $P --ditgate tests/gates/test_device_gate.py -v -rs 2>&1 | tee "$OUT/gate.log" | tail -8
+DITGATE_DEVICE_PROFILE=a5500 python3 -m pytest $P --ditgate tests/gates/test_device_gate.py -rs 2>&1 | tail -4
+python3 -m pytest $P --ditgate --ditgate-target=h200 tests/gates/test_device_gate.py -q 2>&1 | tail -2
+python3 -m pytest $P --ditgate --ditgate-target=a5500 tests/gates/test_device_gate.py -q 2>&1 | tail -3
+python3 -m pytest $P tests/plugin -q -x 2>&1 | tail -5 | tee "$OUT/plugin_tests.log"
 { nvcc --version | tail -2; nvcc --dryrun -x cu -c /dev/null -o /dev/null 2>&1 | grep -E "TOP=|INCLUDES=|LIBRARIES=" ; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, 'cuda', torch.version.cuda)"; python3 -c "
 import torch
 from torch.profiler import profile, ProfilerActivity
