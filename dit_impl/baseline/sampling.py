@@ -1,0 +1,154 @@
+"""The baseline sampling loop, written like diffusers' DiTPipeline but returning what the gates compare.
+
+Classifier-free guidance with the null class 1000, the learned-sigma split, scheduler steps, latent
+scaling and VAE decode follow DiTPipeline. The initial noise is drawn on the CPU from ``seed`` and then
+moved, so every device and dtype starts from the same latents.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
+
+from dit_impl.baseline.configs import NULL_CLASS, NUM_CLASSES
+
+if TYPE_CHECKING:
+    import torch
+
+    from dit_impl.baseline.weights import DitModel
+
+#: DiT's training noise schedule (the DiT-XL/2 release uses these betas)
+_SCHEDULE = dict(num_train_timesteps=1000, beta_start=0.0001, beta_end=0.02, beta_schedule="linear")
+#: scheduler name -> (diffusers class name, extra config)
+SCHEDULERS: dict[str, tuple[str, dict[str, Any]]] = {
+    "ddim": ("DDIMScheduler", dict(clip_sample=False, set_alpha_to_one=True, steps_offset=0)),
+    "dpm-multistep": ("DPMSolverMultistepScheduler", dict(algorithm_type="dpmsolver++", solver_order=2)),
+    "euler": ("EulerDiscreteScheduler", dict()),
+}
+
+
+def make_scheduler(name: str) -> Any:
+    """A fresh diffusers scheduler by corpus name (``ddim``, ``dpm-multistep``, ``euler``)."""
+    import diffusers
+
+    try:
+        class_name, extra = SCHEDULERS[name]
+    except KeyError:
+        raise ValueError(f"unknown scheduler {name!r}; known: {', '.join(SCHEDULERS)}") from None
+    return getattr(diffusers, class_name)(**_SCHEDULE, prediction_type="epsilon", **extra)
+
+
+@dataclass
+class SampleResult:
+    """Outputs of one sampling run (conditional half only where CFG doubles the batch)."""
+
+    latents: "torch.Tensor"  # final latents, before 1/scaling_factor, (B, C, h, w)
+    step_latents: dict[int, "torch.Tensor"]  # step index -> latents after that step
+    images: "torch.Tensor | None"  # decoded, in [0, 1], (B, 3, H, W)
+    activations: dict[str, "torch.Tensor"]  # "block{i}.step{s}" -> block output hidden states (B, tokens, hidden)
+    timesteps: list[int]
+    info: dict[str, Any] = field(default_factory=dict)
+
+    def tensors(self) -> dict[str, "torch.Tensor"]:
+        """Flat name -> tensor dict (``latents``, ``step{s}.latents``, ``images``, ``block{i}.step{s}``)."""
+        out: dict[str, Any] = {"latents": self.latents}
+        out.update({f"step{s}.latents": t for s, t in sorted(self.step_latents.items())})
+        if self.images is not None:
+            out["images"] = self.images
+        out.update(self.activations)
+        return out
+
+
+def _normalise_steps(steps: Iterable[int], count: int) -> set[int]:
+    chosen = set()
+    for step in steps:
+        index = step + count if step < 0 else step
+        if not 0 <= index < count:
+            raise ValueError(f"step {step} is outside 0..{count - 1}")
+        chosen.add(index)
+    return chosen
+
+
+def _check_labels(labels: Sequence[int]) -> None:
+    bad = [label for label in labels if not 0 <= int(label) < NUM_CLASSES]
+    if not labels or bad:
+        raise ValueError(f"class labels must be a non-empty list of ints in 0..{NUM_CLASSES - 1}; bad: {bad or labels}")
+
+
+def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: int, guidance_scale: float = 4.0,
+           scheduler: str = "ddim", record_steps: Iterable[int] = (), record_blocks: Iterable[int] = (),
+           record_block_steps: Iterable[int] = (0,), decode: bool = True) -> SampleResult:
+    """Run DiT sampling; record latents after ``record_steps`` and block outputs at ``record_block_steps``."""
+    import torch
+
+    _check_labels(class_labels)
+    if steps < 1:
+        raise ValueError(f"steps must be >= 1, got {steps}")
+    transformer, vae, cfg = model.transformer, model.vae, model.config
+    device, dtype = model.device, model.dtype
+    batch, channels, size = len(class_labels), cfg.latent_channels, cfg.latent_size
+    use_cfg = guidance_scale > 1
+    keep_steps = _normalise_steps(record_steps, steps)
+    act_steps = _normalise_steps(record_block_steps, steps)
+    blocks = sorted(set(record_blocks))
+    for block in blocks:
+        if not 0 <= block < len(transformer.transformer_blocks):
+            raise ValueError(f"block {block} is outside 0..{len(transformer.transformer_blocks) - 1}")
+
+    noise = torch.randn((batch, channels, size, size), generator=torch.Generator("cpu").manual_seed(seed),
+                        dtype=torch.float32)
+    sched = make_scheduler(scheduler)
+    sched.set_timesteps(steps)
+    latents = (noise * sched.init_noise_sigma).to(device=device, dtype=dtype)
+    latent_input = torch.cat([latents] * 2) if use_cfg else latents
+    labels = torch.tensor(list(class_labels), device=device, dtype=torch.long)
+    if use_cfg:
+        labels = torch.cat([labels, torch.full_like(labels, NULL_CLASS)])
+
+    activations: dict[str, torch.Tensor] = {}
+    current = {"step": -1}
+
+    def hook_for(block: int):
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            if current["step"] in act_steps:
+                hidden = output[0] if isinstance(output, tuple) else output
+                activations[f"block{block}.step{current['step']}"] = hidden[:batch].detach().clone()
+        return hook
+
+    handles = [transformer.transformer_blocks[b].register_forward_hook(hook_for(b)) for b in blocks]
+    step_latents: dict[int, torch.Tensor] = {}
+    try:
+        with torch.inference_mode():
+            for index, t in enumerate(sched.timesteps):
+                current["step"] = index
+                if use_cfg:
+                    half = latent_input[: len(latent_input) // 2]
+                    latent_input = torch.cat([half, half], dim=0)
+                model_in = sched.scale_model_input(latent_input, t)
+                timesteps = t.reshape(1).to(device).expand(model_in.shape[0])
+                noise_pred = transformer(model_in, timestep=timesteps, class_labels=labels).sample
+                if use_cfg:
+                    eps, rest = noise_pred[:, :channels], noise_pred[:, channels:]
+                    cond_eps, uncond_eps = torch.split(eps, len(eps) // 2, dim=0)
+                    half_eps = uncond_eps + guidance_scale * (cond_eps - uncond_eps)
+                    noise_pred = torch.cat([torch.cat([half_eps, half_eps], dim=0), rest], dim=1)
+                if cfg.learned_sigma:
+                    model_output, _ = torch.split(noise_pred, channels, dim=1)
+                else:
+                    model_output = noise_pred
+                latent_input = sched.step(model_output, t, latent_input).prev_sample
+                if index in keep_steps:
+                    step_latents[index] = latent_input[:batch].clone()
+            final = latent_input[:batch]
+            images = None
+            if decode:
+                decoded = vae.decode(final / vae.config.scaling_factor).sample
+                images = (decoded / 2 + 0.5).clamp(0, 1)
+    finally:
+        for handle in handles:
+            handle.remove()
+    info = dict(config=cfg.name, seed=seed, steps=steps, guidance_scale=guidance_scale, scheduler=scheduler,
+                class_labels=list(class_labels), dtype=str(dtype).replace("torch.", ""), device=str(device),
+                weights=model.source)
+    return SampleResult(latents=final.clone(), step_latents=step_latents, images=images, activations=activations,
+                        timesteps=[int(t) for t in sched.timesteps], info=info)
