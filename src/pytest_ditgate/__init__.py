@@ -20,6 +20,7 @@ _LAZY = {
     "GateFailure": "pytest_ditgate.errors",
     "check_kernel": "pytest_ditgate.correctness",
     "KernelReport": "pytest_ditgate.correctness",
+    "tolerance_for": "pytest_ditgate.correctness",
     "measure": "pytest_ditgate.bench",
     "Measurement": "pytest_ditgate.bench",
     "compare": "pytest_ditgate.bench",

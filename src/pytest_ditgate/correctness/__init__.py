@@ -1,0 +1,36 @@
+"""The reference-checked kernel correctness gate: :func:`check_kernel` and the ``kernel_check`` fixture.
+
+Importing this package is torch-free (``plugin.py`` imports it at load time); the checking machinery is
+imported on first use of a public name.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "check_kernel": "pytest_ditgate.correctness.checks",
+    "KernelReport": "pytest_ditgate.correctness.report",
+    "TrialReport": "pytest_ditgate.correctness.report",
+    "OutputComparison": "pytest_ditgate.correctness.report",
+    "REASONS": "pytest_ditgate.correctness.report",
+    "Tolerance": "pytest_ditgate.correctness.tolerances",
+    "tolerance_for": "pytest_ditgate.correctness.tolerances",
+    "TOLERANCES": "pytest_ditgate.correctness.tolerances",
+}
+
+__all__ = list(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'pytest_ditgate.correctness' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)

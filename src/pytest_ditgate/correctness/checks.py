@@ -1,0 +1,351 @@
+"""``check_kernel``: a candidate kernel against a higher-precision reference, with anti-gaming checks.
+
+Per trial (fresh inputs from ``make_inputs(seed + trial)``), in this order:
+
+1. the candidate runs first (before any reference call of that trial, so no stale reference result can
+   sit in memory it allocates), with fresh allocations and freed memory poisoned;
+2. its outputs are copied in the caller's stream order, then every CUDA device is synchronised (all
+   streams) and the outputs read again: a kernel that leaves work on a side stream shows as
+   ``stale_output``;
+3. timing functions are checked (``timer_tampered``), inputs compared with their pre-call copy
+   (``input_mutated``);
+4. the candidate runs again on the same inputs (``nondeterministic`` beyond the allowance);
+5. the reference runs on float64 copies (float32 if float64 fails) and on native copies once, for the
+   expected dtypes; then structure/shape, dtype, poison left in outputs, non-finite values, outputs equal to
+   an earlier trial's while the reference changed (``constant_output``), elementwise and relative-norm
+   error (``mismatch``), and nondeterminism are judged, the first failing check giving the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Sequence
+
+import torch
+
+from pytest_ditgate.correctness import compare, poison
+from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
+from pytest_ditgate.correctness.structure import as_call, map_tensors, named_call_tensors, named_tensors, structure_of
+from pytest_ditgate.correctness.tolerances import dtype_name, tolerance_for
+from pytest_ditgate.errors import DitgateUsageError, GateFailure
+from pytest_ditgate.timer_integrity import tampered_timers
+
+_UNSUPPORTED = (RuntimeError, NotImplementedError, TypeError)
+
+
+def check_kernel(
+    candidate: Callable[..., Any],
+    reference: Callable[..., Any],
+    make_inputs: Callable[[int], Any],
+    *,
+    trials: int = 5,
+    seed: int = 0,
+    rtol: float | None = None,
+    atol: float | None = None,
+    rel_norm: float | None = None,
+    compute_dtype: Any = None,
+    reference_dtype: Any = "float64",
+    out_args: Sequence[int | str] = (),
+    check_determinism: bool = True,
+    nondeterminism_atol: float = 0.0,
+    allow_nondeterminism: bool = False,
+    check_constant: bool = True,
+    poison_memory: bool = True,
+    check_timers: bool = True,
+    label: str | None = None,
+) -> KernelReport:
+    """Check that ``candidate`` computes what ``reference`` computes; return a :class:`KernelReport`.
+
+    ``make_inputs(seed)`` returns the arguments: a tuple (positional), a dict (keyword), ``(args, kwargs)``
+    or one tensor. Trial ``i`` uses seed ``seed + i``. Outputs may be a tensor or nested tuples/lists/dicts
+    of tensors. ``reference_dtype``: ``"float64"`` (default; falls back to float32 when the reference
+    fails in float64), ``"float32"``, or ``None``/``"same"`` to run the reference on the inputs' dtypes.
+    Tolerances come from :func:`tolerance_for` on each output's dtype (or ``compute_dtype``, e.g.
+    ``"tf32"``), overridden by ``rtol``/``atol``/``rel_norm``. ``out_args`` names positional indices or
+    keyword names of output buffers the kernel writes (poisoned before each call; the kernel's outputs
+    when it returns None). Raises :class:`~pytest_ditgate.GateFailure` with a stable ``.reason``.
+    """
+    if trials < 1:
+        raise DitgateUsageError(f"trials must be >= 1, got {trials}")
+    tolerance_for("float32", rtol=rtol, atol=atol, rel_norm=rel_norm)  # validates the overrides early
+    run = _Run(candidate, reference, make_inputs, trials=trials, seed=seed,
+               tolerance=dict(rtol=rtol, atol=atol, rel_norm=rel_norm, compute_dtype=compute_dtype),
+               reference_dtype=_parse_reference_dtype(reference_dtype), out_args=tuple(out_args),
+               check_determinism=check_determinism, nondeterminism_atol=float(nondeterminism_atol),
+               allow_nondeterminism=allow_nondeterminism, check_constant=check_constant,
+               poison_memory=poison_memory, check_timers=check_timers, label=label)
+    return run.execute()
+
+
+def _parse_reference_dtype(value: Any) -> torch.dtype | None:
+    if value is None or value == "same":
+        return None
+    name = dtype_name(value)
+    if name not in ("float64", "float32"):
+        raise DitgateUsageError(f"reference_dtype must be 'float64', 'float32', None or 'same', got {value!r}")
+    return getattr(torch, name)
+
+
+def _callable_name(fn: Any) -> str:
+    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+
+
+class _Run:
+    """One ``check_kernel`` call: its settings, the report being filled, and the state across trials."""
+
+    def __init__(self, candidate, reference, make_inputs, *, trials, seed, tolerance, reference_dtype, out_args,
+                 check_determinism, nondeterminism_atol, allow_nondeterminism, check_constant, poison_memory,
+                 check_timers, label) -> None:
+        self.candidate, self.reference, self.make_inputs = candidate, reference, make_inputs
+        self.trials, self.seed, self.tolerance = trials, seed, tolerance
+        self.reference_dtype, self.out_args = reference_dtype, out_args
+        self.check_determinism, self.nondeterminism_atol = check_determinism, nondeterminism_atol
+        self.allow_nondeterminism, self.check_constant = allow_nondeterminism, check_constant
+        self.poison_memory, self.check_timers = poison_memory, check_timers
+        checks = ["shape", "dtype", "nonfinite", "mismatch(elementwise+rel-norm)", "input_mutated",
+                  "crash", "stream-order (all streams synchronised before comparing)"]
+        if poison_memory:
+            checks.append("stale_output(poisoned allocations)")
+        if check_determinism:
+            checks.append("nondeterministic" + (" (allowed)" if allow_nondeterminism else ""))
+        if check_constant and trials > 1:
+            checks.append("constant_output")
+        if check_timers:
+            checks.append("timer_tampered")
+        name = label or _callable_name(candidate)
+        repro = (f"check_kernel({_callable_name(candidate)}, {_callable_name(reference)}, "
+                 f"{_callable_name(make_inputs)}, seed={{seed}}, trials=1)")
+        self.report = KernelReport(label=name, seed=seed, trials_requested=trials,
+                                   reference_dtype=str(reference_dtype or "same as inputs").removeprefix("torch."),
+                                   checks=tuple(checks), repro=repro)
+        self.previous_outputs: list[tuple[int, Any]] = []
+        self.expected_dtypes: list[torch.dtype] | None = None
+        self.output_bytes: list[int] = []
+
+    # -- the trial loop ---------------------------------------------------------------------------
+    def execute(self) -> KernelReport:
+        self._check_timers(None, "before the first trial")
+        for index in range(self.trials):
+            self._trial(index, self.seed + index)
+        self.report.passed = True
+        return self.report
+
+    def _trial(self, index: int, seed: int) -> None:
+        trial = TrialReport(trial=index, seed=seed)
+        self.report.trials.append(trial)
+        args, kwargs = as_call(self.make_inputs(seed))
+        outs = self._out_buffers(args, kwargs)
+        out_names = {f"arg{key}" if isinstance(key, int) else key for key in self.out_args}
+        trial.inputs = [compare.describe(n, t) for n, t in named_call_tensors(args, kwargs)]
+        pristine = (map_tensors(args, _snapshot), map_tensors(kwargs, _snapshot))
+
+        first = self._run_candidate(trial, args, kwargs, outs, "first call")
+        for (name, now), (_, before) in zip(named_call_tensors(args, kwargs), named_call_tensors(*pristine)):
+            if name in out_names:
+                continue
+            change = compare.max_difference(now, before)
+            if change != 0:
+                self._fail("input_mutated", f"the candidate modified its input {name}", trial, [
+                    f"input {name}: max change {change:.3e} (inputs must be read-only; the gate compares them "
+                    "before and after the call)"])
+        second = None
+        if self.check_determinism:
+            second = self._run_candidate(trial, args, kwargs, outs, "second call on the same inputs")
+            trial.determinism_checked = True
+
+        ref_out = self._run_reference(trial, pristine, index)
+        self._judge(trial, first, second, ref_out)
+        self.previous_outputs.append((index, first))
+        self.output_bytes = [t.numel() * t.element_size() for _, t in named_tensors(first, "out")]
+
+    # -- running the two sides --------------------------------------------------------------------
+    def _out_buffers(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
+        buffers = []
+        for key in self.out_args:
+            try:
+                value = args[key] if isinstance(key, int) else kwargs[key]
+            except (IndexError, KeyError):
+                raise DitgateUsageError(f"out_args names {key!r}, which make_inputs did not provide") from None
+            if not isinstance(value, torch.Tensor):
+                raise DitgateUsageError(f"out_args {key!r} is not a tensor ({type(value).__name__})")
+            buffers.append(value)
+        return buffers
+
+    def _run_candidate(self, trial: TrialReport, args: tuple, kwargs: dict, outs: list, which: str) -> Any:
+        devices = {t.device for _, t in named_call_tensors(args, kwargs)}
+        if self.poison_memory:
+            sizes = [t.numel() * t.element_size() for _, t in named_call_tensors(args, kwargs)] + self.output_bytes
+            poison.poison_free_memory(devices, sizes)
+            for buffer in outs:
+                poison.fill_poison(buffer)
+        mode = poison.PoisonEmpty() if self.poison_memory else contextlib.nullcontext()
+        try:
+            with mode:
+                result = self.candidate(*args, **kwargs)
+            if result is None and outs:
+                result = outs[0] if len(outs) == 1 else tuple(outs)
+            ordered = map_tensors(result, _snapshot)  # in the caller's stream order
+            cuda = {t.device for _, t in named_tensors(result, "out") if t.is_cuda} | \
+                {d for d in devices if d.type == "cuda"}
+            self._check_timers(trial, f"after the candidate's {which}")
+            for device in cuda:
+                torch.cuda.synchronize(device)  # waits for every stream on the device
+            settled = map_tensors(result, _snapshot) if cuda else ordered
+        except GateFailure:
+            raise
+        except Exception as exc:  # noqa: BLE001 - any exception inside the candidate is the crash verdict
+            self._fail("crash", f"the candidate raised {type(exc).__name__} on its {which}", trial,
+                       [f"{type(exc).__name__}: {exc}"], cause=exc)
+        if result is None:
+            self._fail("shape", f"the candidate returned None on its {which} (and no out_args were given)", trial, [])
+        for (name, now), (_, then) in zip(named_tensors(settled, "out"), named_tensors(ordered, "out")):
+            if compare.max_difference(now, then) != 0:
+                self._fail("stale_output", f"{name} changed after the candidate returned ({which})", trial, [
+                    f"{name} read in the caller's stream order differs from {name} after synchronising every "
+                    "stream: work was left running on another stream, not ordered before the caller's stream"])
+        return ordered
+
+    def _run_reference(self, trial: TrialReport, pristine: tuple, index: int) -> Any:
+        dtype = self.reference_dtype
+        try:
+            out = self._call_reference(pristine, dtype, trial)
+        except _UNSUPPORTED as exc:
+            if dtype != torch.float64:
+                raise
+            out = self._call_reference(pristine, torch.float32, trial)
+            self.report.reference_dtype = f"float32 (float64 failed: {type(exc).__name__})"
+        if self.expected_dtypes is None:
+            self.expected_dtypes = self._native_dtypes(pristine, out)
+        return out
+
+    def _call_reference(self, pristine: tuple, dtype: torch.dtype | None, trial: TrialReport) -> Any:
+        args, kwargs = (map_tensors(part, lambda t: compare.upcast(t, dtype)) for part in pristine)
+        before = [t.clone() for _, t in named_call_tensors(args, kwargs)]
+        out = self.reference(*args, **kwargs)
+        outs = self._out_buffers(args, kwargs)
+        if out is None and outs:
+            out = outs[0] if len(outs) == 1 else tuple(outs)
+        for (name, now), then in zip(named_call_tensors(args, kwargs), before):
+            if any(now is o for o in outs):
+                continue
+            if compare.max_difference(now, then) != 0:
+                self._fail("input_mutated", f"the REFERENCE modified its input {name} (fix the reference)",
+                           trial, [])
+        out = map_tensors(out, _snapshot)
+        for device in {t.device for _, t in named_tensors(out, "out") if t.is_cuda}:
+            torch.cuda.synchronize(device)
+        self._check_timers(trial, "after the reference")
+        return out
+
+    def _native_dtypes(self, pristine: tuple, upcast_out: Any) -> list[torch.dtype]:
+        """Output dtypes of the reference on the inputs' own dtypes (what the candidate must return)."""
+        if self.reference_dtype is None:
+            return [t.dtype for _, t in named_tensors(upcast_out, "out")]
+        try:
+            native = self._call_reference(pristine, None, None)
+            return [t.dtype for _, t in named_tensors(native, "out")]
+        except (GateFailure, *_UNSUPPORTED):
+            floats = [t.dtype for _, t in named_call_tensors(*pristine) if t.is_floating_point()]
+            promoted = floats[0] if floats else None
+            for dt in floats[1:]:
+                promoted = torch.promote_types(promoted, dt)
+            return [promoted if (promoted is not None and t.is_floating_point()) else t.dtype
+                    for _, t in named_tensors(upcast_out, "out")]
+
+    # -- judging one trial ------------------------------------------------------------------------
+    def _judge(self, trial: TrialReport, first: Any, second: Any, ref_out: Any) -> None:
+        if structure_of(first) != structure_of(ref_out):
+            self._fail("shape", "the candidate's outputs are structured differently from the reference's", trial,
+                       [f"candidate returned {structure_of(first)}, reference returned {structure_of(ref_out)}"])
+        pairs = list(zip(named_tensors(first, "out"), named_tensors(ref_out, "out"), self.expected_dtypes or []))
+        for (name, cand), (_, ref), expected in pairs:
+            if cand.shape != ref.shape:
+                self._fail("shape", f"{name} has shape {list(cand.shape)}, the reference's has {list(ref.shape)}",
+                           trial, [f"output {name}: candidate {cand.dtype} {list(cand.shape)}, reference "
+                                   f"{ref.dtype} {list(ref.shape)}"])
+            if expected is not None and cand.dtype != expected:
+                self._fail("dtype", f"{name} is {cand.dtype}, the reference returns {expected} on these inputs",
+                           trial, [f"output {name}: shape {list(cand.shape)}"])
+        for (name, cand), (_, ref), _ in pairs:
+            stale = poison.poisoned_mask(cand)
+            if stale is not None:
+                ref_poison = poison.poisoned_mask(ref.to(cand.device, cand.dtype))
+                stale = stale & ~ref_poison
+                if bool(stale.any()):
+                    where = tuple(int(i) for i in stale.nonzero()[0].tolist())
+                    self._fail("stale_output", f"{name} has elements the candidate never wrote", trial, [
+                        f"{int(stale.sum())} of {cand.numel()} elements of {name} still hold the poison pattern "
+                        f"(0xFF bytes) put into fresh allocations and freed memory before the call; first at "
+                        f"index {where} (reference there: {_num(ref[where])}): outputs left unwritten read "
+                        "stale memory (e.g. torch.empty holding an earlier result)"])
+            bad = compare.nonfinite_where_reference_finite(cand, ref)
+            if bad is not None and bool(bad.any()):
+                where = tuple(int(i) for i in bad.nonzero()[0].tolist())
+                self._fail("nonfinite", f"{name} has NaN/Inf where the reference is finite", trial, [
+                    f"{int(bad.sum())} of {cand.numel()} elements of {name} are non-finite; first at index {where}: "
+                    f"candidate {_num(cand[where])} vs reference {_num(ref[where])}"])
+        for (name, cand), (_, ref), _ in pairs:
+            tol = tolerance_for(cand.dtype, **self.tolerance)
+            result = compare.compare_output(name, cand, ref, tol)
+            trial.outputs.append(result)
+        for result, ((name, cand), _, _) in zip(trial.outputs, pairs):
+            if result.passed:
+                continue
+            earlier = self._equal_earlier_output(name, cand) if self.check_constant else None
+            if earlier is not None:
+                self._fail("constant_output", f"{name} is identical to trial {earlier + 1}'s while the reference "
+                           "changed with the inputs", trial, result.lines() + [
+                               "the candidate returns the same output for different inputs (cached or constant)"])
+            self._fail("mismatch", f"{name} differs from the reference beyond tolerance", trial, result.lines(),
+                       output=name)
+        if second is not None:
+            self._judge_determinism(trial, first, second)
+
+    def _equal_earlier_output(self, name: str, cand: torch.Tensor) -> int | None:
+        for index, outputs in self.previous_outputs:
+            for other_name, other in named_tensors(outputs, "out"):
+                if other_name == name and other.shape == cand.shape and compare.max_difference(cand, other) == 0:
+                    return index
+        return None
+
+    def _judge_determinism(self, trial: TrialReport, first: Any, second: Any) -> None:
+        if structure_of(first) != structure_of(second):
+            self._fail("nondeterministic", "two calls on the same inputs returned differently structured outputs",
+                       trial, [f"first {structure_of(first)}, second {structure_of(second)}"])
+        for (name, a), (_, b) in zip(named_tensors(first, "out"), named_tensors(second, "out")):
+            difference = compare.max_difference(a, b)
+            trial.nondeterminism = max(trial.nondeterminism, difference)
+            if difference > self.nondeterminism_atol and not self.allow_nondeterminism:
+                count = int((a != b).sum()) if a.shape == b.shape else a.numel()
+                self._fail("nondeterministic", f"{name} differs between two calls on the same inputs", trial, [
+                    f"max abs difference {difference:.3e} over {count} of {a.numel()} elements "
+                    f"(allowance nondeterminism_atol={self.nondeterminism_atol:g}; pass allow_nondeterminism=True "
+                    "or a larger nondeterminism_atol only for kernels that are nondeterministic by design, "
+                    "e.g. atomics)"])
+
+    # -- failing ----------------------------------------------------------------------------------
+    def _check_timers(self, trial: TrialReport | None, when: str) -> None:
+        if not self.check_timers:
+            return
+        tampered = tampered_timers()
+        if tampered:
+            self._fail("timer_tampered", f"timing functions replaced or wrapped ({when})", trial, [
+                "tampered: " + ", ".join(tampered) + " (they must be the functions their modules define)"])
+
+    def _fail(self, reason: str, headline: str, trial: TrialReport | None, details: list[str], *,
+              output: str | None = None, cause: BaseException | None = None) -> None:
+        self.report.passed = False
+        self.report.reason = reason
+        self.report.failed_trial = trial.trial if trial is not None else None
+        self.report.failed_output = output
+        message = failure_message(self.report, reason, headline, trial, details)
+        raise GateFailure(reason, message, report=self.report) from cause
+
+
+def _snapshot(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().clone()
+
+
+def _num(value: torch.Tensor) -> str:
+    item = value.item() if value.dtype.itemsize > 1 or not value.is_floating_point() else value.float().item()
+    return f"{item:.6g}" if isinstance(item, float) else str(item)

@@ -1,0 +1,180 @@
+"""The result of a kernel check: per-output errors per trial, and the text of a failure. Torch-free.
+
+:class:`KernelReport` is returned by ``check_kernel`` on success and attached to the ``GateFailure``
+(``exc.report``) on failure, so a caller can always see every trial that ran and the errors measured.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pytest_ditgate.correctness.tolerances import Tolerance
+
+#: stable reason codes, in the order the checks run within a trial
+REASONS = ("timer_tampered", "crash", "input_mutated", "shape", "dtype", "stale_output", "nonfinite",
+           "constant_output", "mismatch", "nondeterministic")
+
+
+@dataclass(frozen=True)
+class TensorDesc:
+    """Name, shape, dtype, strides and device of one tensor argument."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    strides: tuple[int, ...]
+    contiguous: bool
+    device: str
+
+    def __str__(self) -> str:
+        layout = "" if self.contiguous else f" strides {self.strides}"
+        return f"{self.name} {self.dtype}{list(self.shape)}{layout} on {self.device}"
+
+
+@dataclass
+class OutputComparison:
+    """Errors of one candidate output against the reference output (both seen as float64)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    reference_dtype: str
+    tolerance: Tolerance
+    numel: int = 0
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+    rel_norm: float = 0.0
+    mismatches: int = 0
+    worst_index: tuple[int, ...] | None = None
+    worst_candidate: float | complex | None = None
+    worst_reference: float | complex | None = None
+
+    @property
+    def mismatch_fraction(self) -> float:
+        return self.mismatches / self.numel if self.numel else 0.0
+
+    @property
+    def passed(self) -> bool:
+        return self.mismatches == 0 and self.rel_norm <= self.tolerance.rel_norm
+
+    def lines(self) -> list[str]:
+        """The error figures, one fact per line, for a failure message."""
+        out = [
+            f"output {self.name}: candidate {self.dtype}{list(self.shape)} vs reference "
+            f"{self.reference_dtype}{list(self.shape)}",
+            f"max abs err {self.max_abs:.3e}, max rel err {self.max_rel:.3e}, rel-norm err {self.rel_norm:.3e}"
+            f" (bound {self.tolerance.rel_norm:.1e})",
+            f"tolerance {self.tolerance}; {self.mismatches} of {self.numel} elements mismatch "
+            f"({100 * self.mismatch_fraction:.2f}%)",
+        ]
+        if self.worst_index is not None:
+            out.append(f"worst at index {self.worst_index}: candidate {_num(self.worst_candidate)} vs "
+                       f"reference {_num(self.worst_reference)}")
+        return out
+
+
+@dataclass
+class TrialReport:
+    """One trial: its seed, its inputs, and the comparison of each output."""
+
+    trial: int
+    seed: int
+    inputs: list[TensorDesc] = field(default_factory=list)
+    outputs: list[OutputComparison] = field(default_factory=list)
+    candidate_first: bool = True
+    determinism_checked: bool = False
+    nondeterminism: float = 0.0  # max abs difference between two candidate runs on the same inputs
+
+    @property
+    def passed(self) -> bool:
+        return all(output.passed for output in self.outputs)
+
+
+@dataclass
+class KernelReport:
+    """Everything ``check_kernel`` measured. ``passed``/``reason`` say how it ended."""
+
+    label: str
+    seed: int
+    trials_requested: int
+    reference_dtype: str
+    checks: tuple[str, ...]
+    repro: str
+    trials: list[TrialReport] = field(default_factory=list)
+    passed: bool = False
+    reason: str | None = None
+    failed_trial: int | None = None
+    failed_output: str | None = None
+
+    @property
+    def seeds(self) -> list[int]:
+        return [trial.seed for trial in self.trials]
+
+    def _outputs(self) -> list[OutputComparison]:
+        return [output for trial in self.trials for output in trial.outputs]
+
+    @property
+    def max_abs_error(self) -> float:
+        return max((o.max_abs for o in self._outputs()), default=0.0)
+
+    @property
+    def max_rel_error(self) -> float:
+        return max((o.max_rel for o in self._outputs()), default=0.0)
+
+    @property
+    def rel_norm_error(self) -> float:
+        return max((o.rel_norm for o in self._outputs()), default=0.0)
+
+    @property
+    def mismatch_fraction(self) -> float:
+        return max((o.mismatch_fraction for o in self._outputs()), default=0.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (non-finite floats become strings)."""
+        data = asdict(self)
+        data.update(seeds=self.seeds, max_abs_error=self.max_abs_error, max_rel_error=self.max_rel_error,
+                    rel_norm_error=self.rel_norm_error, mismatch_fraction=self.mismatch_fraction)
+        return _jsonable(data)
+
+    def summary(self) -> str:
+        state = "passed" if self.passed else f"FAILED [{self.reason}]"
+        return (f"kernel_check {self.label!r} {state}: {len(self.trials)} trial(s), seeds {self.seeds}, "
+                f"max abs err {self.max_abs_error:.3e}, max rel err {self.max_rel_error:.3e}, "
+                f"rel-norm err {self.rel_norm_error:.3e}; checks: {', '.join(self.checks)}")
+
+
+def failure_message(report: KernelReport, reason: str, headline: str, trial: TrialReport | None,
+                    details: list[str]) -> str:
+    """The multi-line text of a ``GateFailure``: what failed, where, the figures and a repro line."""
+    where = ""
+    if trial is not None:
+        order = "candidate ran before the reference" if trial.candidate_first else "reference ran first"
+        where = f" (trial {trial.trial + 1} of {report.trials_requested}, seed {trial.seed}; {order})"
+    lines = [f"kernel_check {report.label!r} failed: {reason}: {headline}{where}"]
+    if trial is not None and trial.inputs:
+        lines.append("inputs: " + "; ".join(str(desc) for desc in trial.inputs))
+    lines.extend(details)
+    lines.append(f"reference computed in {report.reference_dtype}; checks run: {', '.join(report.checks)}")
+    seed = trial.seed if trial is not None else report.seed
+    lines.append("repro: " + report.repro.format(seed=seed))
+    return "\n  ".join(lines)
+
+
+def _num(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.6g}"
+    return str(value)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, complex):
+        return str(value)
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value

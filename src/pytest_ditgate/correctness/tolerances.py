@@ -1,0 +1,95 @@
+"""Per-dtype tolerances for comparing a kernel's output with a float64 reference. Torch-free.
+
+Each row has an elementwise bound (``|out - ref| <= atol + rtol * |ref|``, as in
+``torch.testing.assert_close``) and a bound on the relative-norm error ``||out - ref|| / ||ref||``. The
+norm bound is what makes zeros, constants and scaled outputs fail whatever the elementwise slack.
+
+Rationale of the numbers: rtol is ``torch.testing.assert_close``'s default (fp64, fp32, fp16, bf16), which
+a single rounding of the exact result always meets. atol is assert_close's default for fp64/fp32; for the
+16-bit and 8-bit types it is about half an ulp at magnitude 4, because a kernel that legitimately
+computes in the low dtype rounds intermediates of O(1) size, and against a float64 reference (unlike a
+same-precision one) that rounding shows up where the result cancels to near zero. The norm bounds sit a
+few times above the RMS error of honest rounding and well below the 1 % of a scaled output.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any
+
+from pytest_ditgate.errors import DitgateUsageError
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Elementwise ``rtol``/``atol`` and the relative-norm bound ``rel_norm`` for one dtype."""
+
+    rtol: float
+    atol: float
+    rel_norm: float
+
+    @property
+    def exact(self) -> bool:
+        return self.rtol == 0 and self.atol == 0 and self.rel_norm == 0
+
+    def override(self, *, rtol: float | None = None, atol: float | None = None,
+                 rel_norm: float | None = None) -> "Tolerance":
+        """This tolerance with the given fields replaced (``None`` keeps the table's value)."""
+        changes = {k: float(v) for k, v in (("rtol", rtol), ("atol", atol), ("rel_norm", rel_norm)) if v is not None}
+        for key, value in changes.items():
+            if value < 0:
+                raise DitgateUsageError(f"{key} must be >= 0, got {value}")
+        return replace(self, **changes)
+
+    def __str__(self) -> str:
+        if self.exact:
+            return "exact"
+        return f"rtol={self.rtol:.1e} atol={self.atol:.1e} rel-norm<={self.rel_norm:.1e}"
+
+
+EXACT = Tolerance(0.0, 0.0, 0.0)
+
+#: dtype name (as in ``str(torch.float16)`` without ``torch.``) -> tolerance against a float64 reference
+TOLERANCES: dict[str, Tolerance] = {
+    "float64": Tolerance(rtol=1e-7, atol=1e-7, rel_norm=1e-10),
+    "float32": Tolerance(rtol=1.3e-6, atol=1e-5, rel_norm=1e-5),
+    # fp32 output of tf32 math (10-bit mantissa inputs): select with compute_dtype="tf32"
+    "tf32": Tolerance(rtol=2e-3, atol=2e-3, rel_norm=2e-3),
+    "float16": Tolerance(rtol=1e-3, atol=2e-3, rel_norm=2e-3),
+    "bfloat16": Tolerance(rtol=1.6e-2, atol=1.6e-2, rel_norm=8e-3),
+    "float8_e4m3fn": Tolerance(rtol=1.25e-1, atol=6.25e-2, rel_norm=6e-2),
+    "float8_e4m3fnuz": Tolerance(rtol=1.25e-1, atol=6.25e-2, rel_norm=6e-2),
+    "float8_e5m2": Tolerance(rtol=2.5e-1, atol=1.25e-1, rel_norm=1.2e-1),
+    "float8_e5m2fnuz": Tolerance(rtol=2.5e-1, atol=1.25e-1, rel_norm=1.2e-1),
+    "complex128": Tolerance(rtol=1e-7, atol=1e-7, rel_norm=1e-10),
+    "complex64": Tolerance(rtol=1.3e-6, atol=1e-5, rel_norm=1e-5),
+}
+_EXACT_PREFIXES = ("int", "uint", "bool")
+_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16", "fp16": "float16",
+            "fp32": "float32", "fp64": "float64", "fp8": "float8_e4m3fn", "cfloat": "complex64",
+            "cdouble": "complex128"}
+
+
+def dtype_name(dtype: Any) -> str:
+    """``torch.float16`` or ``"float16"`` or ``"fp16"`` -> ``"float16"``."""
+    name = str(dtype).removeprefix("torch.")
+    return _ALIASES.get(name, name)
+
+
+def tolerance_for(dtype: Any, *, compute_dtype: Any = None, rtol: float | None = None,
+                  atol: float | None = None, rel_norm: float | None = None) -> Tolerance:
+    """The tolerance for an output of ``dtype`` (or of the math in ``compute_dtype``, e.g. ``"tf32"``).
+
+    Integer and bool outputs are compared exactly. Explicit ``rtol``/``atol``/``rel_norm`` override the
+    table; an unknown floating dtype is a usage error rather than a silent default.
+    """
+    name = dtype_name(compute_dtype if compute_dtype is not None else dtype)
+    if name in TOLERANCES:
+        base = TOLERANCES[name]
+    elif name.startswith(_EXACT_PREFIXES):
+        base = EXACT
+    else:
+        known = ", ".join(sorted(TOLERANCES))
+        raise DitgateUsageError(f"no tolerance for dtype {name!r}; known: {known}, integers and bool "
+                                "(pass rtol=, atol= and rel_norm= explicitly)")
+    return base.override(rtol=rtol, atol=atol, rel_norm=rel_norm)
