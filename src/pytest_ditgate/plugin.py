@@ -21,7 +21,7 @@ from pytest_ditgate.keys import context_key
 #: concern plugins registered in every run (they stay cheap: no heavy imports, gates check ``enabled``)
 ALWAYS = ("pytest_ditgate.skipping",)
 #: concern plugins registered only when the gates are on (``--ditgate``)
-WHEN_ENABLED = ("pytest_ditgate.environment",)
+WHEN_ENABLED = ("pytest_ditgate.environment", "pytest_ditgate.gpus")
 #: concern plugins that provide fixtures and options; registered always so that their fixtures resolve
 #: (gate tests using them are skipped when the gates are off)
 FIXTURE_PROVIDERS: tuple[str, ...] = (
