@@ -1,0 +1,56 @@
+"""Seeded test tensors in a chosen memory layout, for ``make_inputs`` functions and the strategies.
+
+Kernels often break on layouts the happy path never sees: a transposed view, a strided slice, a view
+with a storage offset. :func:`make_tensor` builds a tensor with the requested *logical* shape whose
+memory is laid out that way, filled from a seeded generator (same seed, same values, any device).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+LAYOUTS = ("contiguous", "transposed", "strided", "offset", "channels_last")
+
+
+def make_tensor(shape: Sequence[int], dtype: Any = "float32", *, seed: int = 0, layout: str = "contiguous",
+                device: Any = "cpu", low: float | None = None, high: float | None = None) -> Any:
+    """A tensor of ``shape`` and ``dtype`` laid out as ``layout``; normal values (uniform in [low, high)
+    when both are given; integers in [low or 0, high or 100)). Layouts: ``contiguous``; ``transposed``
+    (last two dims swapped in memory); ``strided`` (every other element of a twice-as-wide buffer);
+    ``offset`` (a slice starting one row in); ``channels_last`` (4-d only, else contiguous)."""
+    import torch
+
+    from pytest_ditgate.correctness.tolerances import dtype_name
+
+    if layout not in LAYOUTS:
+        raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
+    dtype = getattr(torch, dtype_name(dtype)) if not isinstance(dtype, torch.dtype) else dtype
+    shape = tuple(int(s) for s in shape)
+    if layout == "transposed" and len(shape) >= 2:
+        storage_shape = shape[:-2] + (shape[-1], shape[-2])
+    elif layout == "strided" and shape:
+        storage_shape = shape[:-1] + (2 * shape[-1],)
+    elif layout == "offset" and shape:
+        storage_shape = (shape[0] + 1,) + shape[1:]
+    else:
+        storage_shape = shape
+    generator = torch.Generator().manual_seed(int(seed))
+    if dtype.is_floating_point or dtype.is_complex:
+        if low is not None and high is not None:
+            base = torch.rand(storage_shape, generator=generator, dtype=torch.float64) * (high - low) + low
+        else:
+            base = torch.randn(storage_shape, generator=generator, dtype=torch.float64)
+    elif dtype is torch.bool:
+        base = torch.rand(storage_shape, generator=generator) < 0.5
+    else:
+        base = torch.randint(int(low or 0), int(high or 100), storage_shape, generator=generator)
+    base = base.to(device=device, dtype=dtype)
+    if layout == "transposed" and len(shape) >= 2:
+        return base.transpose(-1, -2)
+    if layout == "strided" and shape:
+        return base[..., ::2]
+    if layout == "offset" and shape:
+        return base[1:]
+    if layout == "channels_last" and len(shape) == 4:
+        return base.contiguous(memory_format=torch.channels_last)
+    return base
