@@ -1,0 +1,106 @@
+"""Pure pieces of the experiment verdict: decision, ledger, scope, classification."""
+
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from pytest_ditgate.verdict import Category, Status, GateOutcome, decide
+from pytest_ditgate.verdict.classify import approximation_evidence, classify, quantization_evidence
+from pytest_ditgate.verdict.ledger import TSV_COLUMNS, append_experiment, load_best, read_results, store_best
+from pytest_ditgate.verdict.scope import changed_paths, resolve_base, scope_violations
+
+
+def test_all_green_is_keep() -> None:
+    verdict = decide([GateOutcome("t::a", "passed"), GateOutcome("t::b", "skipped")])
+    assert verdict.status is Status.KEEP and verdict.exit_code == 0 and verdict.label == "keep"
+
+
+@pytest.mark.parametrize("reason, label, code", [
+    ("mismatch", "discard-quality", 10), ("quality", "discard-quality", 10), (None, "discard-quality", 10),
+    ("too_slow", "discard-performance", 11), ("timer_tampered", "discard-integrity", 12),
+    ("scope", "discard-scope", 13),
+])
+def test_failure_reason_decides_category(reason, label, code) -> None:
+    verdict = decide([GateOutcome("t::a", "passed"), GateOutcome("t::b", "failed", reason, "boom\nmore")])
+    assert (verdict.label, verdict.exit_code) == (label, code)
+    assert verdict.reasons[0].startswith("t::b: ")
+
+
+def test_error_is_crash_and_outranks_discards() -> None:
+    verdict = decide([GateOutcome("t::a", "failed", "too_slow"), GateOutcome("t::b", "error", None, "CUDA OOM")])
+    assert verdict.status is Status.CRASH and verdict.exit_code == 15
+    assert "CRASH" in verdict.headline()
+
+
+def test_quality_outranks_performance_and_session_problems_count() -> None:
+    verdict = decide([GateOutcome("t::a", "failed", "too_slow"), GateOutcome("t::b", "failed", "quality")])
+    assert verdict.category is Category.QUALITY
+    verdict = decide([], session_problems=[(Category.INTEGRITY, "golden/x.safetensors changed")])
+    assert verdict.label == "discard-integrity" and "golden/x" in verdict.headline()
+
+
+def test_ledger_tsv_and_best(tmp_path) -> None:
+    append_experiment(tmp_path, {"status": "keep", "description": "tab\there", "candidate": 1.23456789}, {"x": 1})
+    append_experiment(tmp_path, {"status": "discard"}, {"x": 2})
+    rows = read_results(tmp_path)
+    assert [r["status"] for r in rows] == ["keep", "discard"]
+    assert rows[0]["description"] == "tab here" and rows[0]["candidate"] == "1.23457"
+    assert (tmp_path / "results.tsv").read_text().splitlines()[0].split("\t") == list(TSV_COLUMNS)
+    assert load_best(tmp_path, "fwd", "sm_90") is None
+    store_best(tmp_path, "fwd", "sm_90", {"speedup": 1.5, "samples": [1, 2]})
+    assert load_best(tmp_path, "fwd", "sm_90")["samples"] == [1, 2]
+    assert load_best(tmp_path, "fwd", "sm_86") is None
+
+
+def test_corrupt_best_is_reported(tmp_path) -> None:
+    path = store_best(tmp_path, "fwd", "cpu", {"a": 1})
+    path.write_text("{half")
+    with pytest.raises(ValueError, match="corrupt"):
+        load_best(tmp_path, "fwd", "cpu")
+
+
+def test_scope(tmp_path) -> None:
+    def git(*args: str) -> None:
+        subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    (tmp_path / "dit_impl").mkdir()
+    (tmp_path / "dit_impl" / "fast.py").write_text("a = 1\n")
+    (tmp_path / "golden").mkdir()
+    (tmp_path / "golden" / "g.bin").write_text("g")
+    git("add", "-A")
+    git("commit", "-qm", "base")
+    (tmp_path / "dit_impl" / "fast.py").write_text("a = 2\n")
+    (tmp_path / "golden" / "g.bin").write_text("h")
+    (tmp_path / "notes.txt").write_text("new")
+    git("add", "dit_impl/fast.py")
+    git("commit", "-qm", "candidate")
+    base = resolve_base(tmp_path, None)
+    changed = changed_paths(tmp_path, base)
+    assert changed == ["dit_impl/fast.py", "golden/g.bin", "notes.txt"]
+    problems = scope_violations(changed, mutable=["dit_impl/"], fixed=["golden/"])
+    assert problems == ["golden/g.bin: a fixed path (never edited by a candidate)",
+                        "notes.txt: outside the mutable paths (dit_impl/)"]
+
+
+def test_classification_is_checked_not_trusted() -> None:
+    torch = pytest.importorskip("torch")
+    honest = torch.nn.Linear(4, 4)
+    assert quantization_evidence([honest]) == []
+    cheat = torch.nn.Linear(4, 4)
+    cheat.register_buffer("w_int8", torch.zeros(4, 4, dtype=torch.int8))
+    evidence = quantization_evidence([cheat])
+    assert evidence == ["tensor w_int8 has dtype int8"]
+    assert classify("numerical", quantization=evidence).effective == "quantization"
+    fp8 = {"w": torch.zeros(2, dtype=torch.float8_e4m3fn)}
+    assert quantization_evidence(state_dicts=[fp8]) == ["weight w has dtype float8_e4m3fn"]
+    approx = approximation_evidence({"num_steps": 25, "scheduler": "ddim"}, {"num_steps": 50, "scheduler": "ddim"})
+    assert approx == ["num_steps 50 -> 25"]
+    assert classify("exact", approximation=approx).effective == "approximate"
+    assert classify("quantization").effective == "quantization"  # a stricter claim stands
+    with pytest.raises(ValueError):
+        classify("magic")
