@@ -1,0 +1,240 @@
+"""check_kernel on CPU tensors: honest kernels pass over many seeds; layouts, structures, tolerances, options."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from pytest_ditgate import GateFailure, check_kernel, tolerance_for  # noqa: E402
+from pytest_ditgate.correctness.inputs import make_tensor  # noqa: E402
+from pytest_ditgate.errors import DitgateUsageError  # noqa: E402
+
+
+def _inputs(dtype, *shapes):
+    def make(seed):
+        return tuple(make_tensor(shape, dtype, seed=seed * 31 + i) for i, shape in enumerate(shapes))
+    return make
+
+
+def _reason(excinfo) -> str:
+    return excinfo.value.reason
+
+
+# -- honest candidates: legitimate low-precision rounding passes, over >= 50 seeds ------------------
+
+HONEST = {
+    # computes each op in the low dtype: two roundings per element
+    "fp16 fma in fp16": (torch.float16, lambda x, w, b: x * w + b, ((17, 24), (24,), (24,))),
+    "bf16 fma in bf16": (torch.bfloat16, lambda x, w, b: x * w + b, ((17, 24), (24,), (24,))),
+    "bf16 gelu": (torch.bfloat16, lambda x, w, b: torch.nn.functional.gelu(x) * w + b, ((9, 33), (33,), (33,))),
+    "fp16 rmsnorm, fp32 accumulate": (
+        torch.float16,
+        lambda x, w, b: ((x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-6)) * w.float()
+                         + b.float()).half(),
+        ((7, 64), (64,), (64,))),
+    "fp32 matmul": (torch.float32, lambda x, w, b: x @ w + b, ((5, 48), (48, 9), (9,))),
+    "bf16 softmax": (torch.bfloat16, lambda x, w, b: torch.softmax(x.float() * 2, -1).to(x.dtype) + b,
+                     ((6, 31), (31,), (31,))),
+}
+
+
+@pytest.mark.parametrize("name", list(HONEST))
+def test_honest_low_precision_kernels_pass_over_50_seeds(name: str) -> None:
+    dtype, kernel, shapes = HONEST[name]
+    reference = kernel  # the same math, run by the gate on float64 copies
+
+    report = check_kernel(kernel, reference, _inputs(dtype, *shapes), trials=50)
+    assert report.passed and report.seeds == list(range(50))
+    assert report.reference_dtype == "float64"
+    assert report.rel_norm_error <= tolerance_for(dtype).rel_norm
+
+
+# -- layouts: hypothesis-drawn shapes/dtypes/layouts ------------------------------------------------
+
+def test_strategies_drive_the_gate_over_awkward_layouts() -> None:
+    from hypothesis import HealthCheck, given, settings
+
+    from pytest_ditgate.correctness.strategies import tensor_specs
+
+    seen = set()
+
+    @settings(max_examples=30, deadline=None, derandomize=True, suppress_health_check=list(HealthCheck))
+    @given(spec=tensor_specs(dims=(1, 3), block=16, max_side=40))
+    def check(spec) -> None:
+        seen.add(spec.layout)
+        check_kernel(lambda x: x * 2 - 1, lambda x: x * 2 - 1, lambda s: (spec.make(s),), trials=2)
+
+    check()
+    assert {"transposed", "strided"} <= seen
+
+
+@pytest.mark.parametrize("layout", ["transposed", "strided", "offset"])
+def test_a_kernel_that_assumes_contiguous_memory_fails_on_other_layouts(layout: str) -> None:
+    def assumes_contiguous(x):  # reads the storage as if it were row-major from offset 0
+        raw = torch.as_strided(x, x.shape, x.contiguous().stride(), 0)
+        return raw * 2
+
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(assumes_contiguous, lambda x: x * 2, lambda s: make_tensor((6, 10), seed=s, layout=layout))
+    assert _reason(excinfo) == "mismatch"
+    assert "strides" in excinfo.value.message or layout == "offset"
+
+
+def test_strategy_sizes_reach_edges() -> None:
+    from hypothesis import find
+
+    from pytest_ditgate.correctness.strategies import shapes, sizes
+
+    assert find(sizes(block=64), lambda s: s == 63) == 63
+    assert find(sizes(block=64), lambda s: s == 65) == 65
+    assert 1 in find(shapes(dims=3), lambda shape: 1 in shape)
+
+
+# -- structures, dtypes, tolerances -----------------------------------------------------------------
+
+def test_dict_outputs_name_the_offending_output() -> None:
+    def reference(x):
+        return {"max": x.amax(-1), "lse": torch.logsumexp(x, -1)}
+
+    def kernel(x):
+        return {"max": x.amax(-1), "lse": torch.logsumexp(x, -1) + 0.01}
+
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(kernel, reference, _inputs(torch.float32, (4, 9)))
+    assert _reason(excinfo) == "mismatch"
+    assert "out['lse'] differs" in excinfo.value.message
+    assert excinfo.value.report.failed_output == "out['lse']"
+
+
+def test_tuple_output_structure_and_integer_outputs() -> None:
+    reference = lambda x: (x.sort(-1).values, x.argsort(-1))  # noqa: E731
+    make = lambda s: (make_tensor((3, 8), "float32", seed=s),)  # noqa: E731
+    assert check_kernel(reference, reference, make).passed
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lambda x: (x.sort(-1).values,), reference, make)
+    assert _reason(excinfo) == "shape" and "structured differently" in excinfo.value.message
+    with pytest.raises(GateFailure) as excinfo:  # integers are exact: one index off fails
+        check_kernel(lambda x: (x.sort(-1).values, x.argsort(-1).roll(1, -1)), reference, make)
+    assert _reason(excinfo) == "mismatch" and "out[1]" in excinfo.value.message
+
+
+def test_tolerance_table_is_at_least_as_strict_as_assert_close_rtol() -> None:
+    assert tolerance_for(torch.float32).rtol <= 1.3e-6 and tolerance_for(torch.float32).atol <= 1e-5
+    assert tolerance_for(torch.float64).rtol <= 1e-7
+    assert tolerance_for(torch.float16).rtol <= 1e-3
+    assert tolerance_for(torch.bfloat16).rtol <= 1.6e-2
+    assert tolerance_for(torch.int32).exact and tolerance_for(torch.bool).exact
+    assert tolerance_for(torch.float32, compute_dtype="tf32").rtol > tolerance_for(torch.float32).rtol
+    assert tolerance_for(torch.float8_e4m3fn).rtol < tolerance_for(torch.float8_e5m2).rtol
+    assert tolerance_for("fp16", atol=0.5).atol == 0.5
+    with pytest.raises(DitgateUsageError, match="no tolerance for dtype 'quint8'"):
+        tolerance_for("quint8")
+    with pytest.raises(DitgateUsageError, match="rtol must be >= 0"):
+        check_kernel(abs, abs, lambda s: torch.ones(1), rtol=-1)
+
+
+def test_per_call_override_and_compute_dtype() -> None:
+    kernel = lambda x: x * 1.004  # noqa: E731 - 0.4 % off: beyond the fp16 norm bound (2e-3)
+    make = _inputs(torch.float16, (16, 16))
+    with pytest.raises(GateFailure):
+        check_kernel(kernel, lambda x: x, make)
+    assert check_kernel(kernel, lambda x: x, make, rtol=6e-3, rel_norm=6e-3).passed
+
+
+def test_reference_falls_back_to_float32_and_can_run_in_the_input_dtype() -> None:
+    def reference(x):
+        if x.dtype == torch.float64:
+            raise RuntimeError("\"my_op\" not implemented for 'Double'")
+        return x.float().exp().to(x.dtype)
+
+    make = _inputs(torch.float16, (8,))
+    report = check_kernel(lambda x: x.exp(), reference, make, trials=2)
+    assert report.reference_dtype.startswith("float32 (float64 failed")
+    same = check_kernel(lambda x: x.exp(), lambda x: x.exp(), make, reference_dtype="same", trials=2)
+    assert same.reference_dtype == "same as inputs"
+    with pytest.raises(DitgateUsageError):
+        check_kernel(abs, abs, make, reference_dtype="float16")
+
+
+def test_reference_that_mutates_its_input_is_reported_as_the_reference() -> None:
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lambda x: x * 2, lambda x: x.mul_(2), _inputs(torch.float32, (4,)))
+    assert _reason(excinfo) == "input_mutated" and "the REFERENCE modified" in excinfo.value.message
+
+
+def test_constant_function_with_constant_inputs_is_not_constant_output() -> None:
+    make = lambda seed: (torch.linspace(0, 1, 7),)  # noqa: E731 - ignores the seed on purpose
+    assert check_kernel(lambda x: x + 1, lambda x: x + 1, make).passed
+
+
+# -- out= buffers -----------------------------------------------------------------------------------
+
+def _out_inputs(seed):
+    x = make_tensor((5, 6), "float32", seed=seed)
+    return (x,), {"out": torch.zeros(5, 6)}
+
+
+def test_out_buffers_are_poisoned_and_become_the_outputs() -> None:
+    def kernel(x, *, out):
+        torch.mul(x, 3, out=out)
+
+    assert check_kernel(kernel, kernel, _out_inputs, out_args=("out",)).passed
+
+    def lazy(x, *, out):
+        out[:4] = x[:4] * 3  # never writes the last row: the poison shows
+
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lazy, kernel, _out_inputs, out_args=("out",))
+    assert _reason(excinfo) == "stale_output"
+    with pytest.raises(DitgateUsageError, match="out_args names 'dst'"):
+        check_kernel(kernel, kernel, _out_inputs, out_args=("dst",))
+
+
+# -- the report -------------------------------------------------------------------------------------
+
+def test_report_is_json_ready_and_attached_to_the_failure() -> None:
+    report = check_kernel(lambda x: x.sin(), lambda x: x.sin(), _inputs(torch.float32, (3, 5)), trials=3, seed=10)
+    data = json.loads(json.dumps(report.to_dict()))
+    assert data["seeds"] == [10, 11, 12] and data["passed"] is True
+    assert data["trials"][0]["inputs"][0]["shape"] == [3, 5] and data["trials"][0]["determinism_checked"]
+    assert "constant_output" in report.checks and "timer_tampered" in report.checks
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lambda x: x.cos(), lambda x: x.sin(), _inputs(torch.float32, (3, 5)), seed=4)
+    failed = excinfo.value.report
+    assert failed.passed is False and failed.reason == "mismatch" and failed.failed_trial == 0
+    assert failed.trials[0].outputs[0].mismatches > 0 and "seed 4" in excinfo.value.message
+
+
+# -- timer integrity --------------------------------------------------------------------------------
+
+def test_tampered_timers_names_each_replaced_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    import functools
+    import time
+    import timeit
+
+    from pytest_ditgate.timer_integrity import tampered_timers
+
+    assert tampered_timers() == []
+    monkeypatch.setattr(torch.cuda.Event, "elapsed_time", lambda self, end: 0.001)
+    monkeypatch.setattr(time, "perf_counter_ns", functools.wraps(time.perf_counter_ns)(lambda: 0))
+    monkeypatch.setattr(timeit, "default_timer", lambda: 0.0)
+    assert tampered_timers() == ["time.perf_counter_ns", "timeit.default_timer", "torch.cuda.Event.elapsed_time"]
+    monkeypatch.undo()
+
+    class FakeEvent(torch.cuda.Event):
+        pass
+
+    monkeypatch.setattr(torch.cuda, "Event", FakeEvent)
+    assert "torch.cuda.Event" in tampered_timers()
+
+
+def test_timer_integrity_does_not_import_torch() -> None:
+    code = ("import sys, pytest_ditgate.timer_integrity as t; assert t.tampered_timers() == []; "
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
