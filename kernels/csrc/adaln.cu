@@ -1,0 +1,214 @@
+// LayerNorm (no affine) fused with adaLN modulation, alone and after a gated residual:
+//   out   = norm(x) * (1 + scale[b]) + shift[b]                      (layernorm_modulate)
+//   x_new = x + gate[b] * y;  out = norm(x_new) * (1 + scale[b]) + shift[b]   (gated_residual_...)
+// x, y, out, x_new: [B, N, H] contiguous; scale, shift, gate: rows of length H with a batch stride.
+// Statistics in fp32, two-pass (mean, then squared deviations) over a row kept in registers.
+//
+// Fast path: one warp per row, the row held as K 16-byte packets per lane (H up to 16*32 packets).
+// Fallback: one block per row, scalar loads, re-reading the row; for unaligned data or very wide rows.
+#include "common.cuh"
+#include "ditgate_config.h"
+
+namespace ditgate {
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int kFallbackThreads = 256;
+
+struct AdalnArgs {
+  const void* x;
+  const void* y;      // residual branch (fused op only)
+  const void* gate;   // fused op only
+  const void* scale;
+  const void* shift;
+  void* x_out;        // fused op only: x + gate * y
+  void* out;
+  int64_t gate_stride, scale_stride, shift_stride;
+  int64_t rows, tokens, hidden;
+  float eps;
+};
+
+template <typename T, int K, bool kResidual>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(AdalnArgs a) {
+  using P = Packet<T>;
+  constexpr int N = P::N;
+  const int lane = threadIdx.x % kWarp;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  if (row >= a.rows) return;
+  const int packets = static_cast<int>(a.hidden / N);
+  const int64_t b = row / a.tokens;
+  const T* x = static_cast<const T*>(a.x) + row * a.hidden;
+
+  P buf[K];
+  float sum = 0.f;
+  if constexpr (kResidual) {
+    const T* y = static_cast<const T*>(a.y) + row * a.hidden;
+    const T* g = static_cast<const T*>(a.gate) + b * a.gate_stride;
+    T* xo = static_cast<T*>(a.x_out) + row * a.hidden;
+    P ys[K], gs[K];
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int p = lane + k * kWarp;
+      if (p < packets) {
+        buf[k] = load_packet(x + p * N);
+        ys[k] = load_packet(y + p * N);
+        gs[k] = load_packet_ro(g + p * N);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int p = lane + k * kWarp;
+      if (p < packets) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          // round to T first: the norm sees exactly the x_new that is stored
+          buf[k].v[i] = from_float<T>(to_float(buf[k].v[i]) + to_float(gs[k].v[i]) * to_float(ys[k].v[i]));
+          sum += to_float(buf[k].v[i]);
+        }
+        store_packet(xo + p * N, buf[k]);
+      }
+    }
+  } else {
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int p = lane + k * kWarp;
+      if (p < packets) buf[k] = load_packet(x + p * N);
+    }
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int p = lane + k * kWarp;
+      if (p < packets) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) sum += to_float(buf[k].v[i]);
+      }
+    }
+  }
+  const float inv_h = 1.f / static_cast<float>(a.hidden);
+  const float mean = warp_sum(sum) * inv_h;
+  float sq = 0.f;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int p = lane + k * kWarp;
+    if (p < packets) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const float d = to_float(buf[k].v[i]) - mean;
+        sq += d * d;
+      }
+    }
+  }
+  const float rstd = rsqrtf(warp_sum(sq) * inv_h + a.eps);
+
+  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_stride;
+  const T* sh = static_cast<const T*>(a.shift) + b * a.shift_stride;
+  T* out = static_cast<T*>(a.out) + row * a.hidden;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int p = lane + k * kWarp;
+    if (p < packets) {
+      const P s = load_packet_ro(sc + p * N);
+      const P h = load_packet_ro(sh + p * N);
+      P o;
+#pragma unroll
+      for (int i = 0; i < N; ++i) {
+        const float m = rstd * (1.f + to_float(s.v[i]));
+        o.v[i] = from_float<T>((to_float(buf[k].v[i]) - mean) * m + to_float(h.v[i]));
+      }
+      store_packet(out + p * N, o);
+    }
+  }
+}
+
+template <typename T, bool kResidual>
+__global__ void __launch_bounds__(kFallbackThreads) adaln_block_kernel(AdalnArgs a) {
+  __shared__ float shared[kWarp];
+  const int64_t row = blockIdx.x;
+  const int64_t b = row / a.tokens;
+  const T* x = static_cast<const T*>(a.x) + row * a.hidden;
+  T* xo = kResidual ? static_cast<T*>(a.x_out) + row * a.hidden : nullptr;
+  float sum = 0.f;
+  for (int64_t h = threadIdx.x; h < a.hidden; h += blockDim.x) {
+    float v = to_float(x[h]);
+    if constexpr (kResidual) {
+      const T* y = static_cast<const T*>(a.y) + row * a.hidden;
+      const T* g = static_cast<const T*>(a.gate) + b * a.gate_stride;
+      const T r = from_float<T>(v + to_float(g[h]) * to_float(y[h]));
+      xo[h] = r;  // read back below by this same thread
+      v = to_float(r);
+    }
+    sum += v;
+  }
+  const T* src = kResidual ? xo : x;
+  const float inv_h = 1.f / static_cast<float>(a.hidden);
+  const float mean = block_sum(sum, shared) * inv_h;
+  float sq = 0.f;
+  for (int64_t h = threadIdx.x; h < a.hidden; h += blockDim.x) {
+    const float d = to_float(src[h]) - mean;
+    sq += d * d;
+  }
+  const float rstd = rsqrtf(block_sum(sq, shared) * inv_h + a.eps);
+  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_stride;
+  const T* sh = static_cast<const T*>(a.shift) + b * a.shift_stride;
+  T* out = static_cast<T*>(a.out) + row * a.hidden;
+  for (int64_t h = threadIdx.x; h < a.hidden; h += blockDim.x) {
+    out[h] = from_float<T>((to_float(src[h]) - mean) * rstd * (1.f + to_float(sc[h])) + to_float(sh[h]));
+  }
+}
+
+template <typename T, int K, bool kResidual>
+cudaError_t launch_warp(const AdalnArgs& a, cudaStream_t stream) {
+  const int64_t blocks = (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+  adaln_warp_kernel<T, K, kResidual><<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+template <typename T, bool kResidual>
+cudaError_t launch_adaln(const AdalnArgs& a, cudaStream_t stream) {
+  if (a.rows == 0) return cudaSuccess;
+  if (a.hidden <= 0 || a.tokens <= 0 || a.rows > 0x7fffffffLL * kWarpsPerBlock) return cudaErrorInvalidValue;
+  constexpr int N = Packet<T>::N;
+  bool vec = a.hidden % N == 0 && aligned16(a.x) && aligned16(a.out) && aligned16(a.scale) && aligned16(a.shift) &&
+             a.scale_stride % N == 0 && a.shift_stride % N == 0;
+  if (kResidual)
+    vec = vec && aligned16(a.y) && aligned16(a.gate) && aligned16(a.x_out) && a.gate_stride % N == 0;
+  const int64_t per_lane = (a.hidden / N + kWarp - 1) / kWarp;
+  if (vec) {
+    switch (per_lane) {
+      case 1: return launch_warp<T, 1, kResidual>(a, stream);
+      case 2: return launch_warp<T, 2, kResidual>(a, stream);
+      case 3: return launch_warp<T, 3, kResidual>(a, stream);
+      case 4: return launch_warp<T, 4, kResidual>(a, stream);
+      case 5: return launch_warp<T, 5, kResidual>(a, stream);
+      case 6: return launch_warp<T, 6, kResidual>(a, stream);
+      case 7: case 8: return launch_warp<T, 8, kResidual>(a, stream);
+      case 9: case 10: return launch_warp<T, 10, kResidual>(a, stream);
+      case 11: case 12: return launch_warp<T, 12, kResidual>(a, stream);
+      case 13: case 14: case 15: case 16: return launch_warp<T, 16, kResidual>(a, stream);
+      default: break;  // wider rows: the block kernel
+    }
+  }
+  if (a.rows > 0x7fffffffLL) return cudaErrorInvalidValue;
+  adaln_block_kernel<T, kResidual><<<static_cast<unsigned>(a.rows), kFallbackThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+}  // namespace ditgate
+
+using ditgate_t = DITGATE_SCALAR_T;
+
+DITGATE_API int ditgate_layernorm_modulate(const void* x, const void* scale, int64_t scale_stride, const void* shift,
+                                           int64_t shift_stride, void* out, int64_t batch, int64_t tokens,
+                                           int64_t hidden, float eps, void* stream) {
+  ditgate::AdalnArgs a{x, nullptr, nullptr, scale, shift, nullptr, out, 0, scale_stride, shift_stride,
+                       batch * tokens, tokens, hidden, eps};
+  return static_cast<int>(ditgate::launch_adaln<ditgate_t, false>(a, static_cast<cudaStream_t>(stream)));
+}
+
+DITGATE_API int ditgate_gated_residual_layernorm_modulate(const void* x, const void* gate, int64_t gate_stride,
+                                                          const void* y, const void* scale, int64_t scale_stride,
+                                                          const void* shift, int64_t shift_stride, void* x_out,
+                                                          void* out, int64_t batch, int64_t tokens, int64_t hidden,
+                                                          float eps, void* stream) {
+  ditgate::AdalnArgs a{x, y, gate, scale, shift, x_out, out, gate_stride, scale_stride, shift_stride,
+                       batch * tokens, tokens, hidden, eps};
+  return static_cast<int>(ditgate::launch_adaln<ditgate_t, true>(a, static_cast<cudaStream_t>(stream)));
+}
