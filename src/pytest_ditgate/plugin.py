@@ -26,6 +26,7 @@ WHEN_ENABLED = ("pytest_ditgate.environment", "pytest_ditgate.gpus")
 #: (gate tests using them are skipped when the gates are off)
 FIXTURE_PROVIDERS: tuple[str, ...] = (
     "pytest_ditgate.fixtures",
+    "pytest_ditgate.quality.quality_plugin",
     "pytest_ditgate.correctness.plugin",
 )
 

@@ -1,0 +1,256 @@
+"""The quality contract: which metrics each experiment class must meet, with what limits. Torch-free.
+
+A TOML file (``fixtures/quality_contract.toml`` by default)::
+
+    [images]
+    range = [0.0, 1.0]     # value range of image tensors (or [-1.0, 1.0])
+    tile = 16              # tile size in px of the worst-tile error map
+
+    [metrics.psnr]
+    direction = "higher"   # optional; checked against the metric's own direction
+    required = true        # default for the class tables below (a required metric that cannot be
+                           # computed fails; an optional one is skipped with the reason)
+    [metrics.psnr.numerical]
+    min = { bf16 = 28.0, fp16 = 32.0, fp32 = 50.0 }   # a number, or a table keyed by compute dtype
+    [metrics.clip_score]
+    min = 20.0             # a floor: checked on the baseline too (the pass/fail transition table)
+    [metrics.clip_score.quantization]   # zero regression: candidate >= baseline
+
+A metric takes part in a class only when it has a table for that class. Limits: ``min``/``max`` bound
+the value (pair metrics compare candidate with baseline, so the bound is on their distance);
+``abs``/``rel`` bound the regression of a *score* metric from the baseline's value. ``quantization``
+allows no regression on any required score metric. Every unknown metric, class or key is a usage error
+naming the file and the key.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.quality.specs import (DEFAULT_DTYPE_KEY, DTYPE_KEYS, EXPERIMENT_CLASSES, HIGHER, KINDS, LOWER,
+                                          METRICS, MetricSpec)
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_CONTRACT_PATH = "fixtures/quality_contract.toml"
+TOP_KEYS = ("contract", "images", "metrics")
+META_KEYS = ("version", "description")
+IMAGE_KEYS = ("range", "tile")
+METRIC_KEYS = ("direction", "required", "kinds", "min", "max", "note")
+CLASS_KEYS = ("required", "min", "max", "abs", "rel", "note")
+IMAGE_RANGES = ((0.0, 1.0), (-1.0, 1.0))
+
+
+class ContractError(DitgateUsageError):
+    """A malformed quality contract; the message names the file and the key."""
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What one metric must meet under one experiment class."""
+
+    metric: str
+    experiment_class: str
+    required: bool
+    kinds: tuple[str, ...]
+    min: Any = None  # float or {dtype: float}
+    max: Any = None
+    abs: Any = None
+    rel: Any = None
+    source: str = ""  # "file: metrics.<name>.<class>", for messages
+
+    @property
+    def spec(self) -> MetricSpec:
+        return METRICS[self.metric]
+
+    def limit(self, key: str, dtype_key: str | None) -> float | None:
+        """The ``key`` limit (min, max, abs, rel) for ``dtype_key``; table limits fall back to ``default``."""
+        value = getattr(self, key)
+        if value is None or not isinstance(value, dict):
+            return value
+        if dtype_key in value:
+            return value[dtype_key]
+        if DEFAULT_DTYPE_KEY in value:
+            return value[DEFAULT_DTYPE_KEY]
+        raise ContractError(f"{self.source}.{key} has no limit for dtype {dtype_key!r} and no 'default' "
+                            f"(it has {', '.join(sorted(value))})")
+
+
+@dataclass(frozen=True)
+class QualityContract:
+    """A validated contract: rules per experiment class, plus image settings."""
+
+    path: str
+    rules_by_class: dict[str, tuple[Rule, ...]]
+    image_range: tuple[float, float] = (0.0, 1.0)
+    tile: int = 16
+
+    def rules(self, experiment_class: str) -> tuple[Rule, ...]:
+        if experiment_class not in EXPERIMENT_CLASSES:
+            raise ContractError(f"unknown experiment class {experiment_class!r}: choose from "
+                                f"{', '.join(EXPERIMENT_CLASSES)}")
+        return self.rules_by_class.get(experiment_class, ())
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "path": self.path, "image_range": list(self.image_range), "tile": self.tile,
+            "classes": {name: {rule.metric: {k: getattr(rule, k) for k in ("required", "min", "max", "abs", "rel")}
+                               for rule in rules} for name, rules in self.rules_by_class.items()},
+        }
+
+
+def load_contract(path: str | Path) -> QualityContract:
+    """Read and validate a contract file; any problem is a :class:`ContractError` naming file and key."""
+    source = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ContractError(f"quality contract {source} does not exist; create it (see "
+                            f"{DEFAULT_CONTRACT_PATH} in pytest-ditgate's repository) or point "
+                            f"--ditgate-contract / ini ditgate_contract at one") from None
+    except OSError as exc:
+        raise ContractError(f"quality contract {source}: cannot read ({exc})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ContractError(f"quality contract {source}: not valid TOML ({exc})") from None
+    return contract_from_dict(data, source=source)
+
+
+def contract_from_dict(data: Mapping[str, Any], *, source: str = "<contract>") -> QualityContract:
+    """Validate a parsed contract (the TOML document as a dict)."""
+    _unknown(data, TOP_KEYS, source, "")
+    _unknown(_table(data, "contract", source), META_KEYS, source, "contract.")
+    images = _table(data, "images", source)
+    _unknown(images, IMAGE_KEYS, source, "images.")
+    image_range = _image_range(images.get("range", [0.0, 1.0]), source)
+    tile = images.get("tile", 16)
+    if not isinstance(tile, int) or isinstance(tile, bool) or tile < 1:
+        raise ContractError(f"{source}: images.tile must be a positive integer, got {tile!r}")
+    metrics = _table(data, "metrics", source)
+    if not metrics:
+        raise ContractError(f"{source}: no [metrics.<name>] tables; a contract must name at least one metric")
+    by_class: dict[str, list[Rule]] = {name: [] for name in EXPERIMENT_CLASSES}
+    for name, table in metrics.items():
+        where = f"metrics.{name}"
+        if name not in METRICS:
+            raise ContractError(f"{source}: unknown metric {where!r}; known metrics: {', '.join(METRICS)}")
+        if not isinstance(table, dict):
+            raise ContractError(f"{source}: {where} must be a table")
+        spec = METRICS[name]
+        _unknown(table, METRIC_KEYS + EXPERIMENT_CLASSES, source, where + ".",
+                 hint=f"experiment classes are {', '.join(EXPERIMENT_CLASSES)}")
+        direction = table.get("direction", spec.direction)
+        if direction not in (HIGHER, LOWER):
+            raise ContractError(f"{source}: {where}.direction must be 'higher' or 'lower', got {direction!r}")
+        if direction != spec.direction:
+            raise ContractError(f"{source}: {where}.direction = {direction!r}, but {name} is "
+                                f"{spec.direction}-is-better")
+        required = _bool(table.get("required", True), source, f"{where}.required")
+        kinds = _kinds(table.get("kinds", list(spec.kinds)), spec, source, f"{where}.kinds")
+        defaults = {key: _limit(table.get(key), spec, key, source, f"{where}.{key}") for key in ("min", "max")}
+        for cls in EXPERIMENT_CLASSES:
+            if cls not in table:
+                continue
+            sub = table[cls]
+            here = f"{where}.{cls}"
+            if not isinstance(sub, dict):
+                raise ContractError(f"{source}: {here} must be a table (use {here} = {{}} for no limits)")
+            _unknown(sub, CLASS_KEYS, source, here + ".")
+            limits = {key: _limit(sub.get(key, defaults.get(key)), spec, key, source, f"{here}.{key}")
+                      for key in ("min", "max", "abs", "rel")}
+            rule_required = _bool(sub.get("required", required), source, f"{here}.required")
+            if cls == "quantization" and not spec.pair:
+                for key in ("abs", "rel"):
+                    if limits[key] not in (None, 0, 0.0):
+                        raise ContractError(f"{source}: {here}.{key} = {limits[key]!r}: the quantization class "
+                                            f"allows no regression (candidate must match or beat the baseline); "
+                                            f"remove the key or set it to 0")
+                limits["abs"], limits["rel"] = 0.0, 0.0
+            by_class[cls].append(Rule(name, cls, rule_required, kinds, source=f"{source}: {here}", **limits))
+    return QualityContract(path=source, rules_by_class={k: tuple(v) for k, v in by_class.items()},
+                           image_range=image_range, tile=tile)
+
+
+def _table(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:
+    value = data.get(key, {})
+    if not isinstance(value, dict):
+        raise ContractError(f"{source}: {key} must be a table")
+    return value
+
+
+def _unknown(table: Mapping[str, Any], allowed: tuple[str, ...], source: str, prefix: str, hint: str = "") -> None:
+    for key in table:
+        if key not in allowed:
+            extra = f"; {hint}" if hint else ""
+            raise ContractError(f"{source}: unknown key {prefix}{key!r} (allowed: {', '.join(allowed)}){extra}")
+
+
+def _bool(value: Any, source: str, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ContractError(f"{source}: {where} must be true or false, got {value!r}")
+    return value
+
+
+def _kinds(value: Any, spec: MetricSpec, source: str, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+        raise ContractError(f"{source}: {where} must be a non-empty list of kinds ({', '.join(KINDS)})")
+    for kind in value:
+        if kind not in spec.kinds:
+            raise ContractError(f"{source}: {where}: {spec.name} does not apply to {kind!r} tensors "
+                                f"(it applies to {', '.join(spec.kinds)})")
+    return tuple(value)
+
+
+def _number(value: Any, source: str, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+        raise ContractError(f"{source}: {where} must be a number, got {value!r}")
+    return float(value)
+
+
+def _limit(value: Any, spec: MetricSpec, key: str, source: str, where: str) -> Any:
+    if value is None:
+        return None
+    if key == "min" and spec.direction == LOWER:
+        raise ContractError(f"{source}: {where}: {spec.name} is lower-is-better; bound it with max")
+    if key == "max" and spec.direction == HIGHER:
+        raise ContractError(f"{source}: {where}: {spec.name} is higher-is-better; bound it with min")
+    if key in ("abs", "rel") and spec.pair:
+        raise ContractError(f"{source}: {where}: {spec.name} already compares candidate with baseline "
+                            f"(regression limits abs/rel are for score metrics); bound it with "
+                            f"{'min' if spec.direction == HIGHER else 'max'}")
+    if isinstance(value, dict):
+        if not value:
+            raise ContractError(f"{source}: {where} is an empty dtype table")
+        out = {}
+        for dtype, item in value.items():
+            if dtype not in DTYPE_KEYS + (DEFAULT_DTYPE_KEY,):
+                raise ContractError(f"{source}: {where}: unknown dtype key {dtype!r} "
+                                    f"(allowed: {', '.join(DTYPE_KEYS + (DEFAULT_DTYPE_KEY,))})")
+            out[dtype] = _checked(_number(item, source, f"{where}.{dtype}"), key, source, f"{where}.{dtype}")
+        return out
+    return _checked(_number(value, source, where), key, source, where)
+
+
+def _checked(value: float, key: str, source: str, where: str) -> float:
+    if key in ("abs", "rel") and (value < 0 or math.isinf(value)):
+        raise ContractError(f"{source}: {where} must be a finite number >= 0, got {value!r}")
+    return value
+
+
+def _image_range(value: Any, source: str) -> tuple[float, float]:
+    try:
+        pair = (float(value[0]), float(value[1]))
+    except (TypeError, ValueError, IndexError, KeyError):
+        pair = None
+    if pair is None or len(value) != 2 or pair not in IMAGE_RANGES:
+        raise ContractError(f"{source}: images.range must be [0.0, 1.0] or [-1.0, 1.0], got {value!r}")
+    return pair

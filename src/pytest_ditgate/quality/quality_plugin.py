@@ -1,0 +1,229 @@
+"""The ``quality_gate`` fixture, the quality options, and the pass/fail transition table of a run.
+
+Each ``quality_gate.check`` result rides on its test's call report (``report.ditgate_quality``), so
+the controller of an xdist run sees every case; the table of baseline -> candidate transitions is
+printed in the terminal summary and written to ``<artefact dir>/quality/transitions.json``.
+Only stdlib and pytest at import: torch comes with the first check.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
+
+import pytest
+
+from pytest_ditgate import options
+from pytest_ditgate.context import get_context
+from pytest_ditgate.errors import DitgateUsageError, GateFailure
+from pytest_ditgate.options import OptionSpec
+from pytest_ditgate.quality.specs import DEFAULT_CLASS, EXPERIMENT_CLASSES
+
+if TYPE_CHECKING:
+    from pytest_ditgate.quality.contract import QualityContract
+    from pytest_ditgate.quality.evaluate import QualityResult
+    from pytest_ditgate.quality.perceptual import PerceptualModels
+
+CONTRACT = OptionSpec("--ditgate-contract", "quality contract TOML (default: [tool.ditgate] quality_contract, "
+                                            "else fixtures/quality_contract.toml under the rootdir)")
+EXPERIMENT_CLASS = OptionSpec("--ditgate-class", "experiment class of the candidate, which picks the quality "
+                                                 "contract's limits (default numerical)",
+                              choices=EXPERIMENT_CLASSES, default=DEFAULT_CLASS)
+LPIPS_WEIGHTS = OptionSpec("--ditgate-lpips-weights", "folder with torchvision's alexnet-owt-7be5be79.pth (and "
+                                                      "optionally LPIPS alex.pth); default: torchvision's "
+                                                      "$TORCH_HOME/hub/checkpoints. Never downloaded")
+CLIP_WEIGHTS = OptionSpec("--ditgate-clip-weights", "open_clip checkpoint file, or a folder with "
+                                                    "open_clip_config.json + open_clip_model.safetensors; "
+                                                    "never downloaded")
+CLIP_MODEL = OptionSpec("--ditgate-clip-model", "open_clip architecture of --ditgate-clip-weights "
+                                                "(default ViT-B-32)", default="ViT-B-32")
+OPTIONS = (CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, CLIP_WEIGHTS, CLIP_MODEL)
+
+#: [tool.ditgate] keys that stand in for the options above
+TOOL_KEYS = {CONTRACT: "quality_contract", LPIPS_WEIGHTS: "lpips_weights", CLIP_WEIGHTS: "clip_weights",
+             CLIP_MODEL: "clip_model"}
+TRANSITIONS_FILE = "transitions.json"
+REPORTER_NAME = "ditgate-quality-reporter"
+
+
+@dataclass
+class QualitySession:
+    """Per-run quality state: settings read once, the contract and models loaded on first use, records."""
+
+    rootdir: Path
+    contract_path: Path
+    contract_explicit: bool
+    experiment_class: str
+    weights: Any  # WeightsConfig
+    _contract: "QualityContract | None" = None
+    _models: "PerceptualModels | None" = None
+    records: list[dict[str, Any]] = field(default_factory=list)
+
+    @classmethod
+    def from_config(cls, config: pytest.Config) -> "QualitySession":
+        from pytest_ditgate.project_config import load_project_config
+        from pytest_ditgate.quality.contract import DEFAULT_CONTRACT_PATH
+        from pytest_ditgate.quality.perceptual import WeightsConfig
+
+        root = Path(config.rootpath)
+        try:
+            tool = load_project_config(root)
+        except DitgateUsageError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        values = {}
+        for spec in OPTIONS:
+            value = options.get_option(config, spec)
+            if value in (None, spec.default) and TOOL_KEYS.get(spec) in tool:
+                value = tool[TOOL_KEYS[spec]]
+                if not isinstance(value, str):
+                    raise pytest.UsageError(f"[tool.ditgate] {TOOL_KEYS[spec]} must be a string, got {value!r}")
+            values[spec] = value
+        explicit = values[CONTRACT] is not None
+        contract = _rooted(root, values[CONTRACT] or DEFAULT_CONTRACT_PATH)
+        weights = WeightsConfig(lpips=_rooted_str(root, values[LPIPS_WEIGHTS]),
+                                clip=_rooted_str(root, values[CLIP_WEIGHTS]),
+                                clip_model=values[CLIP_MODEL] or CLIP_MODEL.default)
+        return cls(root, contract, explicit, values[EXPERIMENT_CLASS] or DEFAULT_CLASS, weights)
+
+    def contract(self) -> "QualityContract":
+        if self._contract is None:
+            from pytest_ditgate.quality.contract import load_contract
+
+            self._contract = load_contract(self.contract_path)
+        return self._contract
+
+    def models(self) -> "PerceptualModels":
+        if self._models is None:
+            from pytest_ditgate.quality.perceptual import PerceptualModels
+
+            self._models = PerceptualModels(self.weights)
+        return self._models
+
+
+def _rooted(root: Path, path: str) -> Path:
+    candidate = Path(path).expanduser()
+    return candidate if candidate.is_absolute() else root / candidate
+
+
+def _rooted_str(root: Path, path: str | None) -> str | None:
+    return None if not path else str(_rooted(root, path))
+
+
+quality_session_key = pytest.StashKey[QualitySession]()
+#: per test item: the records of its quality checks (moved onto the call report)
+item_records_key = pytest.StashKey["list[dict[str, Any]]"]()
+
+
+def get_quality_session(config: pytest.Config) -> QualitySession:
+    if quality_session_key not in config.stash:
+        config.stash[quality_session_key] = QualitySession.from_config(config)
+    return config.stash[quality_session_key]
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """With the gates on: read the settings, validate a contract the user named, start the reporter."""
+    context = get_context(config)
+    if not context.enabled:
+        return
+    session = get_quality_session(config)
+    if session.contract_explicit:
+        try:
+            session.contract()
+        except DitgateUsageError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    if not context.is_xdist_worker:
+        config.pluginmanager.register(QualityReporter(session, context.artefact_dir), REPORTER_NAME)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    reporter = config.pluginmanager.get_plugin(REPORTER_NAME)
+    if reporter is not None:
+        config.pluginmanager.unregister(reporter)
+
+
+class QualityGate:
+    """What the ``quality_gate`` fixture gives a test: :meth:`check` one case against its baseline."""
+
+    def __init__(self, session: QualitySession, item: pytest.Item, image_root: Path) -> None:
+        self._session = session
+        self._item = item
+        self._image_root = image_root
+
+    @property
+    def experiment_class(self) -> str:
+        return self._session.experiment_class
+
+    @property
+    def contract(self) -> "QualityContract":
+        return self._session.contract()
+
+    def check(self, case: str, candidate: Mapping[str, Any], baseline: Mapping[str, Any], *,
+              experiment_class: str | None = None, kinds: Mapping[str, str] | None = None,
+              tolerance_scale: float = 1.0, prompts: Sequence[str] | str | None = None,
+              compute_dtype: Any = None, image_range: tuple[float, float] | None = None) -> "QualityResult":
+        """Evaluate ``case``; raise ``GateFailure(reason="quality")`` listing every failure and image path."""
+        __tracebackhide__ = True
+        from pytest_ditgate.quality.evaluate import evaluate_quality
+
+        result = evaluate_quality(candidate, baseline, contract=self._session.contract(),
+                                  experiment_class=experiment_class or self._session.experiment_class, case=case,
+                                  kinds=kinds, tolerance_scale=tolerance_scale, prompts=prompts,
+                                  compute_dtype=compute_dtype, image_range=image_range,
+                                  models=self._session.models(), image_dir=self._image_root)
+        record = {key: value for key, value in result.to_dict().items() if key != "checks"}
+        record["nodeid"] = self._item.nodeid
+        self._item.stash.setdefault(item_records_key, []).append(record)
+        if not result.passed:
+            raise GateFailure("quality", result.summary(), report=result)
+        return result
+
+
+@pytest.fixture
+def quality_gate(request: pytest.FixtureRequest) -> QualityGate:
+    """Judge a candidate's outputs against the frozen baseline under the quality contract."""
+    context = get_context(request.config)
+    return QualityGate(get_quality_session(request.config), request.node, context.artefact_dir / "quality")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
+    report = yield
+    if call.when == "call" and item_records_key in item.stash:
+        report.ditgate_quality = list(item.stash[item_records_key])  # plain data: survives xdist
+    return report
+
+
+class QualityReporter:
+    """Collects every case's record (from the call reports, so xdist workers' too) and reports the
+    baseline -> candidate transition table; registered on the controller or a plain run only."""
+
+    def __init__(self, session: QualitySession, artefact_dir: Path) -> None:
+        self.session = session
+        self.artefact_dir = artefact_dir
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        records = getattr(report, "ditgate_quality", None)
+        if records and report.when == "call":
+            self.session.records.extend(records)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_ditgate.quality.report import table_lines
+
+        if self.session.records:
+            terminalreporter.write_sep("-", "ditgate quality: baseline -> candidate")
+            for line in table_lines(self.session.records):
+                terminalreporter.write_line(line)
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        from pytest_ditgate.fsutil import atomic_write_json
+        from pytest_ditgate.quality.report import summary_json
+
+        if not self.session.records:
+            return
+        path = self.artefact_dir / "quality" / TRANSITIONS_FILE
+        try:
+            atomic_write_json(path, summary_json(self.session.records))
+        except OSError as exc:  # a report must never crash the run
+            session.config.issue_config_time_warning(
+                pytest.PytestWarning(f"ditgate: could not write {path}: {exc}"), stacklevel=2)
