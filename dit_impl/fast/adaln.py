@@ -1,0 +1,80 @@
+"""adaLN pieces of a DiT block: LayerNorm (no affine) + modulate, and the gated residual.
+
+Two implementations behind one interface: PyTorch ops (any device, the reference arithmetic of
+diffusers), and the fused CUDA kernels of the repository's ``kernels`` package when it is importable
+and the tensors are on CUDA. ``resolve_ops`` decides once and says why, so a fall-back is reported.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+if TYPE_CHECKING:
+    import torch
+
+#: names the kernels package may give each op, first found wins
+_KERNEL_NAMES = {
+    "norm_modulate": ("layernorm_modulate", "ln_modulate", "adaln_modulate", "norm_modulate"),
+    "gated_residual": ("gated_residual", "gated_add"),
+}
+
+
+def norm_modulate(x: "torch.Tensor", shift: "torch.Tensor", scale: "torch.Tensor", eps: float) -> "torch.Tensor":
+    """``layer_norm(x) * (1 + scale) + shift`` with shift/scale [B, D] broadcast over tokens (diffusers order)."""
+    import torch.nn.functional as F
+
+    return F.layer_norm(x, x.shape[-1:], eps=eps) * (1 + scale[:, None]) + shift[:, None]
+
+
+def gated_residual(x: "torch.Tensor", gate: "torch.Tensor", y: "torch.Tensor") -> "torch.Tensor":
+    """``gate * y + x`` with gate [B, D] broadcast over tokens (diffusers rounds the product first)."""
+    return gate[:, None] * y + x
+
+
+@dataclass(frozen=True)
+class AdalnOps:
+    """The chosen implementation and the reason it was chosen (reported by the model)."""
+
+    norm_modulate: Callable[..., Any]
+    gated_residual: Callable[..., Any]
+    impl: str  # "torch" or "kernels"
+    reason: str
+
+
+def torch_ops(reason: str) -> AdalnOps:
+    # looked up through the module at call time so a test can replace one op (a deliberate fault)
+    module = importlib.import_module(__name__)
+    return AdalnOps(lambda *a: module.norm_modulate(*a), lambda *a: module.gated_residual(*a), "torch", reason)
+
+
+def _find(package: Any, op: str) -> Callable[..., Any] | None:
+    for name in _KERNEL_NAMES[op]:
+        fn = getattr(package, name, None)
+        if callable(fn):
+            return fn
+    return None
+
+
+def resolve_ops(mode: str, device_type: str, compiled: bool) -> AdalnOps:
+    """Pick PyTorch or the ``kernels`` package for ``mode`` (torch/kernels/auto); never raises for auto."""
+    if mode == "torch":
+        return torch_ops("requested")
+    if device_type != "cuda":
+        return torch_ops(f"kernels need CUDA tensors, model is on {device_type}")
+    if compiled:
+        return torch_ops("compiled blocks: inductor fuses these ops itself")
+    try:
+        package = importlib.import_module("kernels")
+    except Exception as exc:  # noqa: BLE001 - any import failure means the fallback, with its reason
+        return torch_ops(f"kernels package not importable: {type(exc).__name__}: {exc}")
+    found = {op: _find(package, op) for op in _KERNEL_NAMES}
+    missing = [op for op, fn in found.items() if fn is None]
+    if missing:
+        wanted = "; ".join(f"{op}: one of {', '.join(_KERNEL_NAMES[op])}" for op in missing)
+        return torch_ops(f"kernels package lacks {wanted}")
+    nm, gr = found["norm_modulate"], found["gated_residual"]
+    return AdalnOps(lambda x, shift, scale, eps: nm(x, shift=shift, scale=scale, eps=eps),
+                    lambda x, gate, y: gr(x=x, gate=gate, y=y), "kernels",
+                    f"kernels.{nm.__name__} + kernels.{gr.__name__}")

@@ -1,0 +1,269 @@
+"""The fast DiT transformer: the function of diffusers' ``DiTTransformer2DModel``, laid out for speed.
+
+Same weights (see ``weights.py``), same arithmetic order, different layout: the conditioning of every
+block (timestep MLP, label table, adaLN linear) is stacked and computed up front in batched matmuls,
+Q/K/V can be one projection, attention runs on a chosen SDPA backend, the adaLN pieces can be the fused
+kernels, blocks can be compiled one by one. ``FastDiT.report()`` says what each switch actually did.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from dit_impl.fast import adaln
+from dit_impl.fast.attention import AttentionRecorder, sdpa
+from dit_impl.fast.embeddings import TIMESTEP_CHANNELS, patch_positions, timestep_features
+from dit_impl.fast.options import FastOptions
+
+#: LayerNorm epsilons of diffusers' DiT: norm1 / norm_out use 1e-6, the pre-MLP norm3 uses norm_eps 1e-5
+EPS_ATTN, EPS_MLP, EPS_OUT = 1e-6, 1e-5, 1e-6
+
+
+@dataclass(frozen=True)
+class DitShape:
+    """The architecture numbers of a DiT (diffusers config keys of the same names)."""
+
+    num_attention_heads: int
+    attention_head_dim: int
+    in_channels: int
+    out_channels: int
+    num_layers: int
+    sample_size: int
+    patch_size: int
+    num_embeds_ada_norm: int = 1000
+
+    @property
+    def hidden(self) -> int:
+        return self.num_attention_heads * self.attention_head_dim
+
+    @property
+    def grid(self) -> int:
+        return self.sample_size // self.patch_size
+
+    @classmethod
+    def from_config(cls, config: Any) -> "DitShape":
+        """From a diffusers config (mapping or FrozenDict); ``out_channels`` None means ``in_channels``."""
+        get = config.get if hasattr(config, "get") else lambda k, d=None: getattr(config, k, d)
+        norm_type = get("norm_type", "ada_norm_zero")
+        if norm_type != "ada_norm_zero":
+            raise ValueError(f"only norm_type='ada_norm_zero' DiTs are supported, got {norm_type!r}")
+        if get("activation_fn", "gelu-approximate") != "gelu-approximate":
+            raise ValueError(f"only activation_fn='gelu-approximate' is supported, got {get('activation_fn')!r}")
+        if get("norm_elementwise_affine", False):
+            raise ValueError("norm_elementwise_affine=True is not supported (DiT norms have no affine)")
+        if not get("attention_bias", True):
+            raise ValueError("attention_bias=False is not supported (DiT projections have biases)")
+        in_channels = int(get("in_channels", 4))
+        out = get("out_channels", None)
+        return cls(num_attention_heads=int(get("num_attention_heads")),
+                   attention_head_dim=int(get("attention_head_dim")), in_channels=in_channels,
+                   out_channels=int(out) if out is not None else in_channels, num_layers=int(get("num_layers")),
+                   sample_size=int(get("sample_size")), patch_size=int(get("patch_size")),
+                   num_embeds_ada_norm=int(get("num_embeds_ada_norm", 1000)))
+
+
+@dataclass
+class FastOutput:
+    """Mirrors diffusers' ``Transformer2DModelOutput`` (``.sample``) so samplers take either model."""
+
+    sample: torch.Tensor
+
+
+class Conditioning(nn.Module):
+    """Timestep + label embedding and adaLN modulation of all blocks, stacked along a leading axis.
+
+    ``E`` embedders (``L``, or 1 when every block holds identical embedder weights, as converted DiT
+    checkpoints do) and ``L`` adaLN linears. ``forward`` returns (embeddings [E, B, D], modulation
+    [L, B, 6D]); the final layer uses embedder 0, as diffusers does.
+    """
+
+    def __init__(self, shape: DitShape, embedders: int, batched: bool) -> None:
+        super().__init__()
+        d, layers = shape.hidden, shape.num_layers
+        self.batched = batched
+        self.t_w1 = nn.Parameter(torch.empty(embedders, d, TIMESTEP_CHANNELS))
+        self.t_b1 = nn.Parameter(torch.empty(embedders, d))
+        self.t_w2 = nn.Parameter(torch.empty(embedders, d, d))
+        self.t_b2 = nn.Parameter(torch.empty(embedders, d))
+        self.labels = nn.Parameter(torch.empty(embedders, shape.num_embeds_ada_norm + 1, d))
+        self.ada_w = nn.Parameter(torch.empty(layers, 6 * d, d))
+        self.ada_b = nn.Parameter(torch.empty(layers, 6 * d))
+
+    @property
+    def embedders(self) -> int:
+        return self.t_w1.shape[0]
+
+    def forward(self, timestep: torch.Tensor, class_labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        dtype, layers = self.ada_w.dtype, self.ada_w.shape[0]
+        feats = timestep_features(timestep).to(dtype)
+        if self.batched:
+            e = self.embedders
+            h = torch.baddbmm(self.t_b1[:, None], feats.expand(e, *feats.shape), self.t_w1.transpose(1, 2))
+            h = torch.baddbmm(self.t_b2[:, None], F.silu(h), self.t_w2.transpose(1, 2))
+            emb = h + self.labels[:, class_labels]
+            act = F.silu(emb).expand(layers, -1, -1) if e == 1 else F.silu(emb)
+            mod = torch.baddbmm(self.ada_b[:, None], act, self.ada_w.transpose(1, 2))
+            return emb, mod
+        embs = []
+        for i in range(self.embedders):
+            h = F.linear(F.silu(F.linear(feats, self.t_w1[i], self.t_b1[i])), self.t_w2[i], self.t_b2[i])
+            embs.append(h + F.embedding(class_labels, self.labels[i]))
+        emb = torch.stack(embs)
+        mods = [F.linear(F.silu(emb[i if len(embs) > 1 else 0]), self.ada_w[i], self.ada_b[i]) for i in range(layers)]
+        return emb, torch.stack(mods)
+
+
+class FastBlock(nn.Module):
+    """One adaLN-Zero DiT block taking its precomputed modulation [B, 6D] instead of computing it."""
+
+    def __init__(self, shape: DitShape, options: FastOptions, recorder: AttentionRecorder) -> None:
+        super().__init__()
+        d = shape.hidden
+        self.heads, self.head_dim = shape.num_attention_heads, shape.attention_head_dim
+        self.fused_qkv, self.gelu_epilogue, self.backend = options.fused_qkv, options.gelu_epilogue, options.sdpa
+        if self.fused_qkv:
+            self.qkv = nn.Linear(d, 3 * d)
+        else:
+            self.q, self.k, self.v = nn.Linear(d, d), nn.Linear(d, d), nn.Linear(d, d)
+        self.out = nn.Linear(d, d)
+        self.fc1 = nn.Linear(d, 4 * d)
+        self.fc2 = nn.Linear(4 * d, d)
+        self.ops = adaln.torch_ops("default")
+        self._recorder = recorder
+
+    def attention(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, d = x.shape
+        if self.fused_qkv:
+            q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+        else:
+            q, k, v = (proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
+                       for proj in (self.q, self.k, self.v))
+        out = sdpa(q, k, v, self.backend)
+        return self.out(out.transpose(1, 2).reshape(b, n, d))
+
+    def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gelu_epilogue:
+            flat = x.reshape(-1, x.shape[-1])
+            h = torch._addmm_activation(self.fc1.bias, flat, self.fc1.weight.t(), use_gelu=True)
+            return self.fc2(h).view(*x.shape[:-1], -1)
+        return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
+
+    def forward(self, x: torch.Tensor, mod: torch.Tensor) -> torch.Tensor:
+        shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = mod.chunk(6, dim=1)
+        h = self.ops.norm_modulate(x, shift_msa, scale_msa, EPS_ATTN)
+        x = self.ops.gated_residual(x, gate_msa, self.attention(h))
+        h = self.ops.norm_modulate(x, shift_mlp, scale_mlp, EPS_MLP)
+        return self.ops.gated_residual(x, gate_mlp, self.mlp(h))
+
+
+class FastDiT(nn.Module):
+    """DiT transformer with diffusers' call signature: ``model(x, timestep=t, class_labels=y).sample``.
+
+    Build it with ``weights.from_diffusers`` / ``weights.load_diffusers_state_dict`` /
+    ``weights.from_pretrained``; ``prepare()`` applies the device-dependent switches (kernels, compile).
+    """
+
+    def __init__(self, shape: DitShape, options: FastOptions | None = None, *, embedders: int | None = None) -> None:
+        super().__init__()
+        self.shape, self.options = shape, options or FastOptions()
+        d, p = shape.hidden, shape.patch_size
+        self.recorder = AttentionRecorder(self.options.sdpa, strict=self.options.strict)
+        self.patch = nn.Conv2d(shape.in_channels, d, kernel_size=p, stride=p)
+        self.register_buffer("pos_embed", patch_positions(d, shape.grid), persistent=False)
+        self.cond = Conditioning(shape, embedders or shape.num_layers, self.options.batched_conditioning)
+        self.transformer_blocks = nn.ModuleList(FastBlock(shape, self.options, self.recorder)
+                                                for _ in range(shape.num_layers))
+        self.proj_out_1 = nn.Linear(d, 2 * d)
+        self.proj_out_2 = nn.Linear(d, p * p * shape.out_channels)
+        self.adaln_impl = adaln.torch_ops("not prepared")
+        self.gelu_epilogue_reason = "not prepared"
+        self.compile_seconds: float | None = None
+        self._compiled = False
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.proj_out_2.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.proj_out_2.weight.device
+
+    def prepare(self) -> "FastDiT":
+        """Apply the switches that depend on where the model lives: adaLN implementation and compile."""
+        compiled = self.options.compile == "blocks"
+        self.adaln_impl = adaln.resolve_ops(self.options.adaln, self.device.type, compiled)
+        if self.options.adaln != "torch" and self.adaln_impl.impl == "torch":
+            message = f"adaln={self.options.adaln!r} fell back to PyTorch ops: {self.adaln_impl.reason}"
+            if self.options.strict:
+                raise RuntimeError(message)
+            if self.options.adaln == "kernels":
+                warnings.warn(message, RuntimeWarning, stacklevel=2)
+        # CPU's _addmm_activation applies the erf GELU, not tanh: the epilogue is only exact on CUDA (cuBLASLt)
+        epilogue = self.options.gelu_epilogue and self.device.type == "cuda"
+        self.gelu_epilogue_reason = ("cuBLASLt GELU(tanh) epilogue" if epilogue else
+                                     "off" if not self.options.gelu_epilogue else
+                                     f"ignored on {self.device.type}: its _addmm_activation uses the erf GELU")
+        for block in self.transformer_blocks:
+            block.ops = self.adaln_impl
+            block.gelu_epilogue = epilogue
+            if compiled and not self._compiled:
+                block.compile(mode=self.options.compile_mode, dynamic=False, fullgraph=False)
+        self._compiled = compiled
+        return self
+
+    def _probe_attention(self, batch: int, tokens: int) -> None:
+        s = self.shape
+        if not self.recorder.needs((batch, s.num_attention_heads, tokens, s.attention_head_dim), self.dtype,
+                                   self.device):
+            return
+        qkv = torch.randn(batch, tokens, 3, s.num_attention_heads, s.attention_head_dim,
+                          dtype=self.dtype, device=self.device)
+        self.recorder.probe(*qkv.permute(2, 0, 3, 1, 4))
+
+    def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor | float | int | None = None,
+                class_labels: torch.Tensor | None = None, return_dict: bool = True, **_ignored: Any) -> Any:
+        if timestep is None or class_labels is None:
+            raise ValueError("FastDiT needs both timestep and class_labels (a class-conditional DiT)")
+        batch = hidden_states.shape[0]
+        timestep = torch.as_tensor(timestep, device=hidden_states.device).reshape(-1).expand(batch)
+        p, grid = self.shape.patch_size, hidden_states.shape[-1] // self.shape.patch_size
+        x = self.patch(hidden_states).flatten(2).transpose(1, 2)
+        x = (x + self.pos_embed).to(x.dtype)
+        if not torch.compiler.is_compiling():
+            self._probe_attention(batch, x.shape[1])
+        emb, mod = self.cond(timestep, class_labels)
+        for i, block in enumerate(self.transformer_blocks):
+            x = block(x, mod[i])
+        shift, scale = self.proj_out_1(F.silu(emb[0])).chunk(2, dim=1)
+        x = F.layer_norm(x, x.shape[-1:], eps=EPS_OUT) * (1 + scale[:, None]) + shift[:, None]
+        x = self.proj_out_2(x)
+        c = self.shape.out_channels
+        x = x.reshape(batch, grid, grid, p, p, c).permute(0, 5, 1, 3, 2, 4)
+        out = x.reshape(batch, c, grid * p, grid * p)
+        return FastOutput(sample=out) if return_dict else (out,)
+
+    def report(self) -> dict[str, Any]:
+        """What ran: options, SDPA backend per shape, adaLN implementation, compile, embedder sharing."""
+        return {"options": self.options.to_dict(), "label": self.options.label(), "sdpa": self.recorder.report(),
+                "adaln": {"impl": self.adaln_impl.impl, "reason": self.adaln_impl.reason},
+                "gelu_epilogue": self.gelu_epilogue_reason,
+                "compile": {"mode": self.options.compile, "compile_mode": self.options.compile_mode,
+                            "seconds_first_call": self.compile_seconds},
+                "shared_embedder": self.cond.embedders == 1, "dtype": str(self.dtype).replace("torch.", ""),
+                "device": str(self.device)}
+
+    def timed_first_call(self, *args: Any, **kwargs: Any) -> Any:
+        """Run one forward and record its wall time as the compile cost (synchronised)."""
+        start = time.perf_counter()
+        out = self(*args, **kwargs)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self.compile_seconds = time.perf_counter() - start
+        return out

@@ -1,0 +1,102 @@
+"""The switches of the fast DiT: one frozen dataclass, so each combination is its own named experiment.
+
+``FastOptions.parse("fused_qkv=0,sdpa=flash")`` builds one from text (benchmark and CLI use), ``label``
+names it back, and ``validate`` rejects contradictions with a message naming the offending field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
+ADALN_MODES = ("torch", "kernels", "auto")
+COMPILE_MODES = ("off", "blocks")
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class FastOptions:
+    """Which optimisations the fast DiT uses; every field defaults to the fastest CPU-valid choice."""
+
+    #: one [3D, D] projection instead of three (weights concatenated at load)
+    fused_qkv: bool = True
+    #: SDPA backend: a named one (raises if it cannot run the shape), or ``auto`` (flash > cudnn >
+    #: efficient > math, whichever runs first); what actually ran is probed and reported
+    sdpa: str = "auto"
+    #: adaLN modulate and gated residual: PyTorch ops, the fused CUDA kernels of ``kernels/``, or
+    #: ``auto`` (kernels on CUDA where importable, else PyTorch; the fallback is reported)
+    adaln: str = "torch"
+    #: all blocks' conditioning (timestep MLP, label table, adaLN linear) in batched matmuls
+    batched_conditioning: bool = True
+    #: fc1 + bias + GELU-tanh as one cuBLASLt matmul with a GELU epilogue (``torch._addmm_activation``)
+    gelu_epilogue: bool = False
+    #: regional compilation: ``blocks`` compiles each transformer block, never the whole model
+    compile: str = "off"
+    #: ``torch.compile`` mode for the blocks (``default``, ``max-autotune-no-cudagraphs``, ...)
+    compile_mode: str = "default"
+    #: replay a captured CUDA graph per (batch, shape, dtype) bucket (CUDA only; static input buffers)
+    cuda_graphs: bool = False
+    #: parameter and activation dtype
+    dtype: str = "bfloat16"
+    #: raise instead of warning when an explicitly chosen fast path falls back (math SDPA, no kernels)
+    strict: bool = False
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field whose value is unknown."""
+        for name, allowed in (("sdpa", SDPA_BACKENDS), ("adaln", ADALN_MODES), ("compile", COMPILE_MODES),
+                              ("dtype", DTYPES)):
+            value = getattr(self, name)
+            if value not in allowed:
+                raise ValueError(f"FastOptions.{name}={value!r} is not one of {', '.join(allowed)}")
+
+    @property
+    def torch_dtype(self) -> Any:
+        import torch
+
+        return getattr(torch, self.dtype)
+
+    def replace(self, **changes: Any) -> "FastOptions":
+        return replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def label(self) -> str:
+        """Short name listing only the fields that differ from the defaults (``default`` if none)."""
+        base = FastOptions()
+        parts = [f"{f.name}={_fmt(getattr(self, f.name))}" for f in fields(self)
+                 if getattr(self, f.name) != getattr(base, f.name)]
+        return ",".join(parts) or "default"
+
+    @classmethod
+    def parse(cls, text: str, base: "FastOptions | None" = None) -> "FastOptions":
+        """Options from ``"field=value,field=value"`` on top of ``base`` (booleans as 1/0/true/false)."""
+        base = base or cls()
+        kinds = {f.name: f.type for f in fields(cls)}
+        changes: dict[str, Any] = {}
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            if item == "default":
+                continue
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep or key not in kinds:
+                raise ValueError(f"bad option {item!r} in {text!r}; fields: {', '.join(kinds)}")
+            changes[key] = _parse_bool(key, value) if kinds[key] in ("bool", bool) else value.strip()
+        return replace(base, **changes)
+
+
+def _fmt(value: Any) -> str:
+    return str(int(value)) if isinstance(value, bool) else str(value)
+
+
+def _parse_bool(key: str, value: str) -> bool:
+    text = value.strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"option {key}={value!r} is not a boolean (1/0/true/false)")
