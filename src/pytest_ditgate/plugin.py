@@ -21,13 +21,14 @@ from pytest_ditgate.keys import context_key
 #: concern plugins registered in every run (they stay cheap: no heavy imports, gates check ``enabled``)
 ALWAYS = ("pytest_ditgate.skipping",)
 #: concern plugins registered only when the gates are on (``--ditgate``)
-WHEN_ENABLED = ("pytest_ditgate.environment", "pytest_ditgate.gpus")
+WHEN_ENABLED = ("pytest_ditgate.environment", "pytest_ditgate.gpus", "pytest_ditgate.verdict.plugin")
 #: concern plugins that provide fixtures and options; registered always so that their fixtures resolve
 #: (gate tests using them are skipped when the gates are off)
 FIXTURE_PROVIDERS: tuple[str, ...] = (
     "pytest_ditgate.fixtures",
     "pytest_ditgate.quality.quality_plugin",
     "pytest_ditgate.correctness.plugin",
+    "pytest_ditgate.golden.golden_plugin", "pytest_ditgate.golden.fixed_paths",
 )
 
 
@@ -51,7 +52,7 @@ def pytest_configure(config: pytest.Config) -> None:
     names = ALWAYS + FIXTURE_PROVIDERS + (WHEN_ENABLED if context.enabled else ())
     for module in _modules(names):
         if not config.pluginmanager.is_registered(module):
-            config.pluginmanager.register(module, f"ditgate-{module.__name__.rsplit('.', 1)[-1]}")
+            config.pluginmanager.register(module, module.__name__)
     if context.target:
         _check_target(context)
 

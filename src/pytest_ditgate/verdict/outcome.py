@@ -96,7 +96,8 @@ class Verdict:
         return EXIT_CODES[self.label]
 
     def headline(self) -> str:
-        text = self.label.upper().replace("-", " (", 1) + (")" if "-" in self.label else "")
+        status, _, category = self.label.partition("-")
+        text = status.upper() + (f" ({category})" if category else "")
         if self.reasons:
             text += ": " + self.reasons[0]
             if len(self.reasons) > 1:

@@ -1,0 +1,51 @@
+"""The lane's objective: candidate time over baseline time, measured side by side in the same run.
+
+Each ``ditbench.pair`` comparison gives a ratio (below 1: the candidate is faster) with a confidence
+interval. Several comparisons combine into their geometric mean, with the geometric means of the bounds
+as a conservative interval. Lane bests store the same quantity, so runs on different days compare
+ratios to the baseline implementation, never absolute times.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable
+
+
+def combine(comparisons: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
+    """Objective of a run (None when it made no side-by-side comparison)."""
+    items = [c for c in comparisons if c.get("ratio")]
+    if not items:
+        return None
+
+    def gmean(key: str) -> float:
+        return math.exp(sum(math.log(float(c[key])) for c in items) / len(items))
+
+    return {
+        "metric": "time ratio candidate/baseline (lower is better)",
+        "ratio": gmean("ratio"),
+        "ci_low": gmean("ci_low"),
+        "ci_high": gmean("ci_high"),
+        "n_comparisons": len(items),
+        "names": [c.get("name") for c in items],
+        "method": sorted({str(c.get("method")) for c in items}),
+    }
+
+
+def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_improvement: float = 0.0) -> tuple[bool, str]:
+    """Whether the candidate is confidently faster than the lane's best (the first run of a lane always is)."""
+    if best is None:
+        return True, "first result on this lane and arch"
+    best_ratio = float(best["objective"]["ratio"])
+    bound = best_ratio * (1.0 - min_improvement)
+    if objective["ci_high"] < bound:
+        return True, (f"ratio {objective['ratio']:.4f} (CI high {objective['ci_high']:.4f}) beats the lane best "
+                      f"{best_ratio:.4f}")
+    return False, (f"not faster than the lane best: ratio {objective['ratio']:.4f} (CI {objective['ci_low']:.4f}.."
+                   f"{objective['ci_high']:.4f}) vs best {best_ratio:.4f} from {best.get('commit') or 'an earlier run'}")
+
+
+def improvement_pct(objective: dict[str, Any], best: dict[str, Any] | None) -> float | None:
+    if best is None:
+        return None
+    return (float(best["objective"]["ratio"]) / objective["ratio"] - 1.0) * 100.0
