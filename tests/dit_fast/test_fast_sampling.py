@@ -1,0 +1,32 @@
+"""Full sampling through the baseline's loop with the fast transformer gives the baseline's latents."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dit_fast.helpers import rel_l2
+
+torch = pytest.importorskip("torch")
+
+from dit_impl.baseline import load_model, sample  # noqa: E402
+from dit_impl.fast import FastOptions, GraphedDiT, fast_model  # noqa: E402
+from dit_impl.fast import sample as fast_sample  # noqa: E402
+
+
+def test_fast_sampling_matches_baseline_latents_and_images() -> None:
+    baseline = load_model("tiny", seed=2)
+    args = dict(class_labels=[3, 207], seed=9, steps=2, record_steps=[0], record_blocks=[1])
+    expected = sample(baseline, **args)
+    fast = fast_model(baseline, FastOptions(dtype="float32"))
+    got = fast_sample(fast, **args)
+    assert "fast(dtype=float32)" in fast.source
+    for name, tensor in expected.tensors().items():
+        assert rel_l2(got.tensors()[name], tensor) < 1e-5, name
+
+
+def test_graphs_need_cuda() -> None:
+    baseline = load_model("tiny", seed=2)
+    with pytest.raises(ValueError, match="CUDA graphs need a model on CUDA"):
+        fast_model(baseline, FastOptions(dtype="float32", cuda_graphs=True))
+    with pytest.raises(ValueError, match="CUDA"):
+        GraphedDiT(fast_model(baseline, FastOptions(dtype="float32")).transformer)
