@@ -188,8 +188,14 @@ def _honest():
             lambda a, b: a @ b, "bfloat16", ((96, 320), (320, 72))),
         "fp16 matmul, transposed operand": (
             lambda a, b: a @ b.t(), "float16", ((64, 256), (80, 256))),
-        "bf16 layernorm + adaLN modulate": (
-            lambda x, s, t: F.layer_norm(x, x.shape[-1:]) * (1 + s) + t, "bfloat16", ((33, 1152), (1152,), (1152,))),
+        "bf16 layernorm + adaLN modulate, fp32 math": (
+            lambda x, s, t: (F.layer_norm(x.float(), x.shape[-1:]) * (1 + s.float()) + t.float()).to(x.dtype),
+            "bfloat16", ((33, 1152), (1152,), (1152,))),
+        # every op rounded to bf16, intermediates up to ~16 where one bf16 ulp is 0.0625: the default atol
+        # (half an ulp at 4) is too strict for that on purpose; such a kernel states its allowance
+        "bf16 layernorm + adaLN modulate, every op in bf16": (
+            lambda x, s, t: F.layer_norm(x, x.shape[-1:]) * (1 + s) + t, "bfloat16",
+            ((33, 1152), (1152,), (1152,)), {"atol": 0.125}),
         "fp16 gelu(tanh) in fp16": (
             lambda x, w, b: F.gelu(x * w + b, approximate="tanh"), "float16", ((17, 301), (301,), (301,))),
         "bf16 gated residual": (
@@ -203,11 +209,13 @@ def _honest():
 
 @pytest.mark.requires_gpu(bf16=True, why="bf16 kernels")
 @pytest.mark.parametrize("name", ["bf16 matmul (cuBLAS, fp32 accumulate)", "fp16 matmul, transposed operand",
-                                  "bf16 layernorm + adaLN modulate", "fp16 gelu(tanh) in fp16",
+                                  "bf16 layernorm + adaLN modulate, fp32 math",
+                                  "bf16 layernorm + adaLN modulate, every op in bf16", "fp16 gelu(tanh) in fp16",
                                   "bf16 gated residual", "bf16 softmax", "bf16 SDPA (flash/efficient backend)"])
 def test_honest_low_precision_cuda_kernels_pass_over_50_seeds(name: str) -> None:
-    kernel, dtype, shapes = _honest()[name]
-    report = check_kernel(kernel, kernel, _cuda_inputs(dtype, *shapes), trials=50)
+    kernel, dtype, shapes, *overrides = _honest()[name]
+    allowance = overrides[0] if overrides else {}
+    report = check_kernel(kernel, kernel, _cuda_inputs(dtype, *shapes), trials=50, **allowance)
     assert report.passed and len(report.seeds) == 50
     print(f"\n{report.summary()}")
 

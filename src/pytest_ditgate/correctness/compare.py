@@ -65,13 +65,15 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
     finite = torch.isfinite(c) & torch.isfinite(r)
     both_special = ~finite & ((c == r) | (c.isnan() & r.isnan()))  # same inf, or NaN where the reference has NaN
     diff = torch.where(finite, (c - r).abs(), torch.zeros((), dtype=torch.float64, device=c.device))
-    diff = torch.where(finite | both_special, diff, torch.full((), float("inf"), dtype=torch.float64, device=c.device))
+    inf = torch.full((), float("inf"), dtype=torch.float64, device=c.device)
+    diff = torch.where(finite | both_special, diff, inf)
     allowed = tolerance.atol + tolerance.rtol * r.abs().nan_to_num(0, posinf=0, neginf=0)
     bad = diff > allowed
     result.mismatches = int(bad.sum())
     result.max_abs = float(diff.max())
     rel = diff / r.abs()
-    rel = torch.where(diff == 0, torch.zeros((), dtype=torch.float64, device=c.device), rel).nan_to_num(nan=float("inf"))
+    rel = torch.where(diff == 0, torch.zeros((), dtype=torch.float64, device=c.device), rel)
+    rel = rel.nan_to_num(nan=float("inf"))
     result.max_rel = float(rel.max())
     ref_norm = float(torch.where(finite, r, 0).abs().norm())
     err_norm = float(torch.where(finite, diff, 0).norm())
