@@ -2,7 +2,8 @@
 //   out   = norm(x) * (1 + scale[b]) + shift[b]                      (layernorm_modulate)
 //   x_new = x + gate[b] * y;  out = norm(x_new) * (1 + scale[b]) + shift[b]   (gated_residual_...)
 // x, y, out, x_new: [B, N, H] contiguous; scale, shift, gate: rows of length H with a batch stride.
-// Statistics in fp32, two-pass (mean, then squared deviations) over a row kept in registers.
+// Statistics in fp32, two-pass (mean, then squared deviations) over a row kept in registers; the fused
+// op normalises the fp32 sum x + gate * y (x_new is rounded only for storage).
 //
 // Fast path: one warp per row, the row held as K 16-byte packets per lane (H up to 16*32 packets).
 // Fallback: one block per row, scalar loads, re-reading the row; for unaligned data or very wide rows.
@@ -27,6 +28,18 @@ struct AdalnArgs {
   float eps;
 };
 
+// Row values for the statistics, as fp32: x itself, or x + gate * y before it is rounded for storage
+// (the norm sees the exact sum, like the float64 reference and torch.compile's fused kernel).
+template <typename T, int K, bool kResidual> struct RowBuffer;
+template <typename T, int K> struct RowBuffer<T, K, false> {
+  Packet<T> raw[K];
+  __device__ __forceinline__ float at(int k, int i) const { return to_float(raw[k].v[i]); }
+};
+template <typename T, int K> struct RowBuffer<T, K, true> {
+  float val[K][Packet<T>::N];
+  __device__ __forceinline__ float at(int k, int i) const { return val[k][i]; }
+};
+
 template <typename T, int K, bool kResidual>
 __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(AdalnArgs a) {
   using P = Packet<T>;
@@ -38,18 +51,18 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
   const int64_t b = row / a.tokens;
   const T* x = static_cast<const T*>(a.x) + row * a.hidden;
 
-  P buf[K];
+  RowBuffer<T, K, kResidual> buf;
   float sum = 0.f;
   if constexpr (kResidual) {
     const T* y = static_cast<const T*>(a.y) + row * a.hidden;
     const T* g = static_cast<const T*>(a.gate) + b * a.gate_stride;
     T* xo = static_cast<T*>(a.x_out) + row * a.hidden;
-    P ys[K], gs[K];
+    P xs[K], ys[K], gs[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int p = lane + k * kWarp;
       if (p < packets) {
-        buf[k] = load_packet(x + p * N);
+        xs[k] = load_packet(x + p * N);
         ys[k] = load_packet(y + p * N);
         gs[k] = load_packet_ro(g + p * N);
       }
@@ -58,27 +71,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
     for (int k = 0; k < K; ++k) {
       const int p = lane + k * kWarp;
       if (p < packets) {
+        P o;
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          // round to T first: the norm sees exactly the x_new that is stored
-          buf[k].v[i] = from_float<T>(to_float(buf[k].v[i]) + to_float(gs[k].v[i]) * to_float(ys[k].v[i]));
-          sum += to_float(buf[k].v[i]);
+          const float r = to_float(xs[k].v[i]) + to_float(gs[k].v[i]) * to_float(ys[k].v[i]);
+          buf.val[k][i] = r;
+          o.v[i] = from_float<T>(r);
+          sum += r;
         }
-        store_packet(xo + p * N, buf[k]);
+        store_packet(xo + p * N, o);
       }
     }
   } else {
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int p = lane + k * kWarp;
-      if (p < packets) buf[k] = load_packet(x + p * N);
+      if (p < packets) buf.raw[k] = load_packet(x + p * N);
     }
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int p = lane + k * kWarp;
       if (p < packets) {
 #pragma unroll
-        for (int i = 0; i < N; ++i) sum += to_float(buf[k].v[i]);
+        for (int i = 0; i < N; ++i) sum += buf.at(k, i);
       }
     }
   }
@@ -91,7 +106,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
     if (p < packets) {
 #pragma unroll
       for (int i = 0; i < N; ++i) {
-        const float d = to_float(buf[k].v[i]) - mean;
+        const float d = buf.at(k, i) - mean;
         sq += d * d;
       }
     }
@@ -111,7 +126,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
 #pragma unroll
       for (int i = 0; i < N; ++i) {
         const float m = rstd * (1.f + to_float(s.v[i]));
-        o.v[i] = from_float<T>((to_float(buf[k].v[i]) - mean) * m + to_float(h.v[i]));
+        o.v[i] = from_float<T>((buf.at(k, i) - mean) * m + to_float(h.v[i]));
       }
       store_packet(out + p * N, o);
     }
@@ -124,25 +139,24 @@ __global__ void __launch_bounds__(kFallbackThreads) adaln_block_kernel(AdalnArgs
   const int64_t row = blockIdx.x;
   const int64_t b = row / a.tokens;
   const T* x = static_cast<const T*>(a.x) + row * a.hidden;
-  T* xo = kResidual ? static_cast<T*>(a.x_out) + row * a.hidden : nullptr;
+  const T* y = kResidual ? static_cast<const T*>(a.y) + row * a.hidden : nullptr;
+  const T* g = kResidual ? static_cast<const T*>(a.gate) + b * a.gate_stride : nullptr;
+  // x, or x + gate * y in fp32 (recomputed on each pass; the row stays in L1/L2)
+  auto value = [&](int64_t h) -> float {
+    if constexpr (kResidual) return to_float(x[h]) + to_float(g[h]) * to_float(y[h]);
+    return to_float(x[h]);
+  };
   float sum = 0.f;
   for (int64_t h = threadIdx.x; h < a.hidden; h += blockDim.x) {
-    float v = to_float(x[h]);
-    if constexpr (kResidual) {
-      const T* y = static_cast<const T*>(a.y) + row * a.hidden;
-      const T* g = static_cast<const T*>(a.gate) + b * a.gate_stride;
-      const T r = from_float<T>(v + to_float(g[h]) * to_float(y[h]));
-      xo[h] = r;  // read back below by this same thread
-      v = to_float(r);
-    }
+    const float v = value(h);
+    if constexpr (kResidual) static_cast<T*>(a.x_out)[row * a.hidden + h] = from_float<T>(v);
     sum += v;
   }
-  const T* src = kResidual ? xo : x;
   const float inv_h = 1.f / static_cast<float>(a.hidden);
   const float mean = block_sum(sum, shared) * inv_h;
   float sq = 0.f;
   for (int64_t h = threadIdx.x; h < a.hidden; h += blockDim.x) {
-    const float d = to_float(src[h]) - mean;
+    const float d = value(h) - mean;
     sq += d * d;
   }
   const float rstd = rsqrtf(block_sum(sq, shared) * inv_h + a.eps);
@@ -150,7 +164,7 @@ __global__ void __launch_bounds__(kFallbackThreads) adaln_block_kernel(AdalnArgs
   const T* sh = static_cast<const T*>(a.shift) + b * a.shift_stride;
   T* out = static_cast<T*>(a.out) + row * a.hidden;
   for (int64_t h = threadIdx.x; h < a.hidden; h += blockDim.x) {
-    out[h] = from_float<T>((to_float(src[h]) - mean) * rstd * (1.f + to_float(sc[h])) + to_float(sh[h]));
+    out[h] = from_float<T>((value(h) - mean) * rstd * (1.f + to_float(sc[h])) + to_float(sh[h]));
   }
 }
 
