@@ -29,8 +29,97 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_doctor)
 
 
+def _summary(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytest_ditgate.verdict.ledger import read_experiments, read_results
+
+    root = Path(args.dir)
+    rows = read_results(root)
+    if args.lane:
+        lanes = {r.get("commit"): r for r in read_experiments(root) if r.get("verdict", {}).get("lane") == args.lane}
+        rows = [r for r in rows if r.get("commit") in lanes]
+    rows = rows[-args.limit:]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    if not rows:
+        print(f"no experiments recorded under {root}")
+        return 0
+    columns = ("timestamp", "commit", "status", "class", "best_before", "candidate", "improvement_pct", "description")
+    widths = {c: max(len(c), *(len(r.get(c, "")) for r in rows)) for c in columns}
+    widths["description"] = min(widths["description"], 60)
+    print("  ".join(c.ljust(widths[c]) for c in columns))
+    for row in rows:
+        print("  ".join(row.get(c, "")[: widths[c]].ljust(widths[c]) for c in columns))
+    return 0
+
+
+def _add_summary(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("summary", help="recent experiments from the ledger (results.tsv)")
+    parser.add_argument("--dir", default=".ditgate", help="ledger folder (default .ditgate)")
+    parser.add_argument("--lane", default=None, help="only this lane")
+    parser.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
+    parser.add_argument("--json", action="store_true")
+    parser.set_defaults(handler=_summary)
+
+
+def _report(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytest_ditgate.fsutil import atomic_write_text
+    from pytest_ditgate.verdict.report import render_report
+
+    out = Path(args.out or Path(args.dir) / "report.html")
+    atomic_write_text(out, render_report(Path(args.dir)))
+    print(f"wrote {out}")
+    return 0
+
+
+def _add_report(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("report", help="an HTML page: benchmark history per lane and arch, quality, heat maps")
+    parser.add_argument("--dir", default=".ditgate", help="ledger folder (default .ditgate)")
+    parser.add_argument("--out", default=None, help="output file (default <dir>/report.html)")
+    parser.set_defaults(handler=_report)
+
+
+def _baseline(args: argparse.Namespace) -> int:
+    import subprocess
+
+    from pathlib import Path
+
+    from pytest_ditgate.verdict.ledger import load_best
+
+    from pytest_ditgate.device import real_device
+
+    arch = real_device().arch
+    if not args.force and load_best(Path(args.dir), args.lane, arch) is not None:
+        print(f"lane {args.lane!r} already has a best on {arch}: a baseline is recorded once "
+              "(use a new lane, or --force to record another first best)")
+        return 2
+    command = [sys.executable, "-m", "pytest", "--ditgate", "--ditgate-freeze", f"--ditgate-lane={args.lane}",
+               f"--ditgate-dir={args.dir}", "--ditgate-description=baseline", *args.pytest_args]
+    print("running:", " ".join(command[2:]))
+    return subprocess.run(command).returncode
+
+
+def _add_baseline(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("baseline", help="freeze missing goldens, lock the fixed paths and record the lane's "
+                                             "first best (runs pytest --ditgate --ditgate-freeze --ditgate-lane)")
+    parser.add_argument("--lane", required=True)
+    parser.add_argument("--dir", default=".ditgate", help="ledger folder (default .ditgate)")
+    parser.add_argument("--force", action="store_true", help="record even when the lane already has a best")
+    parser.add_argument("pytest_args", nargs="*", help="test paths and extra pytest options (after --)")
+    parser.set_defaults(handler=_baseline)
+
+
 #: subcommand name -> function adding its parser (each sets ``handler``)
-COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {"doctor": _add_doctor}
+COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
+    "doctor": _add_doctor,
+    "baseline": _add_baseline,
+    "summary": _add_summary,
+    "report": _add_report,
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
