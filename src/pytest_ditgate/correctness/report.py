@@ -112,24 +112,25 @@ class KernelReport:
     def seeds(self) -> list[int]:
         return [trial.seed for trial in self.trials]
 
-    def _outputs(self) -> list[OutputComparison]:
-        return [output for trial in self.trials for output in trial.outputs]
+    def _worst(self, attribute: str) -> float:
+        """The largest value of an error figure over every output of every trial run."""
+        return max((getattr(o, attribute) for trial in self.trials for o in trial.outputs), default=0.0)
 
     @property
     def max_abs_error(self) -> float:
-        return max((o.max_abs for o in self._outputs()), default=0.0)
+        return self._worst("max_abs")
 
     @property
     def max_rel_error(self) -> float:
-        return max((o.max_rel for o in self._outputs()), default=0.0)
+        return self._worst("max_rel")
 
     @property
     def rel_norm_error(self) -> float:
-        return max((o.rel_norm for o in self._outputs()), default=0.0)
+        return self._worst("rel_norm")
 
     @property
     def mismatch_fraction(self) -> float:
-        return max((o.mismatch_fraction for o in self._outputs()), default=0.0)
+        return self._worst("mismatch_fraction")
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (non-finite floats become strings)."""
