@@ -1,0 +1,99 @@
+"""GPU equivalence of the fast DiT per switch: bf16 output within the bf16 error of diffusers itself.
+
+The reference is diffusers' DiTTransformer2DModel in float32 (TF32 off) on the same weights; the bound
+is twice the error of diffusers' own bf16 model against it (plus a small floor), so a switch passes
+exactly when it is as accurate as the baseline in bf16.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.dit_fast.helpers import rel_l2
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("diffusers")
+
+from dit_impl.fast import FastOptions, fast_transformer  # noqa: E402
+
+#: DiT-XL/2 block shapes (hidden 1152, 16 heads x 72, 256 tokens) with 4 layers, to stay quick
+_CONFIG = dict(num_attention_heads=16, attention_head_dim=72, in_channels=4, out_channels=8, num_layers=4,
+               sample_size=32, patch_size=2, num_embeds_ada_norm=1000, norm_type="ada_norm_zero")
+
+GPU_SWITCHES = [
+    "sdpa=flash",
+    "sdpa=cudnn",
+    "sdpa=efficient",
+    "sdpa=math",
+    "fused_qkv=0,batched_conditioning=0",
+    "gelu_epilogue=1",
+    "adaln=kernels",
+    "cuda_graphs=1",
+    "compile=blocks",
+    "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
+    "dtype=float16",
+]
+
+
+@pytest.fixture(scope="module")
+def xl_blocks():
+    from diffusers import DiTTransformer2DModel
+
+    from dit_impl.baseline.weights import init_random_
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    with torch.device("cuda"):
+        ref = DiTTransformer2DModel(**_CONFIG)
+    init_random_(ref, 4)
+    ref.eval().requires_grad_(False)
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 4, 32, 32, generator=generator).cuda()
+    t = torch.tensor([700] * 8).cuda()
+    y = torch.tensor([1, 2, 3, 4, 1000, 1000, 1000, 1000]).cuda()
+    with torch.inference_mode():
+        expected = ref(x, timestep=t, class_labels=y).sample
+        ref_bf16 = type(ref)(**ref.config).to("cuda", torch.bfloat16).eval()
+        ref_bf16.load_state_dict(ref.state_dict())
+        baseline_error = rel_l2(ref_bf16(x.bfloat16(), timestep=t, class_labels=y).sample, expected)
+    return ref, (x, t, y), expected, baseline_error
+
+
+@pytest.mark.requires_gpu(cc=">=8.0", bf16=True)
+@pytest.mark.parametrize("switches", GPU_SWITCHES)
+def test_switch_matches_diffusers_within_bf16_error(switches, xl_blocks) -> None:
+    ref, (x, t, y), expected, baseline_error = xl_blocks
+    options = FastOptions.parse(switches)
+    if options.adaln == "kernels":
+        options = options.replace(strict=True)
+    try:
+        model = fast_transformer(ref, options)
+    except RuntimeError as exc:
+        if "fell back" in str(exc):
+            pytest.skip(f"kernels path unavailable: {exc}")
+        raise
+    with torch.inference_mode():
+        first = model(x.to(model.dtype), timestep=t, class_labels=y).sample
+        out = model(x.to(model.dtype), timestep=t, class_labels=y).sample
+    assert out.dtype == options.torch_dtype
+    error = rel_l2(out, expected)
+    assert error < max(2 * baseline_error, 2e-3), f"{switches}: rel-L2 {error:.2e} vs diffusers bf16 {baseline_error:.2e}"
+    assert rel_l2(first, out) < 1e-6  # replay/compile give the same answer twice
+    report = model.report()
+    if options.sdpa != "auto":
+        assert all(e["ran"] == options.sdpa for e in report["sdpa"]["shapes"].values()), report["sdpa"]
+
+
+@pytest.mark.requires_gpu(cc=">=8.0", bf16=True)
+def test_graph_buckets_capture_once_per_shape_and_follow_new_inputs(xl_blocks) -> None:
+    ref, (x, t, y), expected, baseline_error = xl_blocks
+    model = fast_transformer(ref, FastOptions(cuda_graphs=True))
+    with torch.inference_mode():
+        model(x.bfloat16(), timestep=t, class_labels=y)
+        half = model(x[:4].bfloat16(), timestep=t[:4], class_labels=y[:4]).sample
+        out = model(x.bfloat16(), timestep=t, class_labels=y).sample
+        other = model(x.flip(0).bfloat16(), timestep=t, class_labels=y.flip(0)).sample
+    assert len(model.buckets) == 2
+    assert rel_l2(out, expected) < max(2 * baseline_error, 2e-3)
+    assert rel_l2(half, expected[:4]) < max(2 * baseline_error, 2e-3)
+    assert rel_l2(other, expected.flip(0)) < max(2 * baseline_error, 2e-3)  # static buffers were refilled
