@@ -107,9 +107,12 @@ class QualityContract:
         }
 
 
-def load_contract(path: str | Path) -> QualityContract:
-    """Read and validate a contract file; any problem is a :class:`ContractError` naming file and key."""
-    source = str(path)
+def load_contract(path: str | Path, *, label: str | None = None) -> QualityContract:
+    """Read and validate a contract file; any problem is a :class:`ContractError` naming file and key.
+
+    ``label`` is how messages name the file (default: ``path`` as given).
+    """
+    source = label or str(path)
     try:
         text = Path(path).read_text(encoding="utf-8")
     except FileNotFoundError:

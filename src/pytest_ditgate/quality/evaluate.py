@@ -271,9 +271,10 @@ class _CaseRun:
         if not targets:
             if self.broken_kinds & set(rule.kinds):  # already failed: that tensor is missing or unusable
                 return
-            why = (f"metric {rule.metric} needs a {' or '.join(rule.kinds)} tensor and this case has none "
-                   f"({', '.join(f'{t.key}:{t.kind}' for t in self.tensors)})")
-            self._missing(rule, rule.metric, why)
+            # not applicable: the baseline has no tensor of this kind (a candidate cannot drop one unseen:
+            # a baseline tensor missing from the candidate fails in prepare())
+            self.result.skipped[rule.metric] = (f"not applicable: no {' or '.join(rule.kinds)} tensor in this case "
+                                                f"({', '.join(f'{t.key}:{t.kind}' for t in self.tensors)})")
             return
         for item in targets:
             name = f"{item.key}.{rule.metric}"

@@ -90,7 +90,11 @@ class QualitySession:
         if self._contract is None:
             from pytest_ditgate.quality.contract import load_contract
 
-            self._contract = load_contract(self.contract_path)
+            try:
+                label = str(self.contract_path.relative_to(self.rootdir))
+            except ValueError:
+                label = str(self.contract_path)
+            self._contract = load_contract(self.contract_path, label=label)
         return self._contract
 
     def models(self) -> "PerceptualModels":

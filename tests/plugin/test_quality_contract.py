@@ -1,0 +1,88 @@
+"""The quality contract is validated on load: every mistake is a usage error naming the file and the key."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_ditgate.quality.contract import ContractError, contract_from_dict, load_contract
+from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
+
+REPO_CONTRACT = Path(__file__).resolve().parents[2] / "fixtures" / "quality_contract.toml"
+
+
+def test_repository_contract_covers_every_class() -> None:
+    contract = load_contract(REPO_CONTRACT)
+    for cls in EXPERIMENT_CLASSES:
+        assert contract.rules(cls), cls
+    exact = {rule.metric: rule for rule in contract.rules("exact")}
+    assert exact["max_ulp"].limit("max", "bf16") == 0  # exact means bitwise by default
+    clip = {rule.metric: rule for rule in contract.rules("quantization")}["clip_score"]
+    assert clip.required and clip.abs == 0.0 and clip.rel == 0.0 and clip.min == 20.0
+
+
+@pytest.mark.parametrize("data, expected", [
+    ({"metrics": {"psnrr": {"numerical": {"min": 30}}}}, "unknown metric 'metrics.psnrr'; known metrics: psnr"),
+    ({"metrics": {"psnr": {"numeric": {"min": 30}}}}, "unknown key metrics.psnr.'numeric'*experiment classes are exact"),
+    ({"metrics": {"psnr": {"numerical": {"minimum": 30}}}}, "unknown key metrics.psnr.numerical.'minimum'"),
+    ({"metrics": {"psnr": {"direction": "lower", "numerical": {}}}}, "metrics.psnr.direction = 'lower', but psnr is higher"),
+    ({"metrics": {"rel_l2": {"numerical": {"min": 0.1}}}}, "metrics.rel_l2.numerical.min: rel_l2 is lower-is-better; bound it with max"),
+    ({"metrics": {"ssim": {"numerical": {"abs": 0.1}}}}, "metrics.ssim.numerical.abs: ssim already compares*bound it with min"),
+    ({"metrics": {"clip_score": {"quantization": {"abs": 0.5}}}}, "metrics.clip_score.quantization.abs = 0.5: the quantization class allows no regression*"),
+    ({"metrics": {"rel_l2": {"numerical": {"max": {"bf17": 0.1}}}}}, "metrics.rel_l2.numerical.max: unknown dtype key 'bf17'*"),
+    ({"metrics": {"rel_l2": {"numerical": {"max": "small"}}}}, "metrics.rel_l2.numerical.max must be a number, got 'small'"),
+    ({"metrics": {"psnr": {"kinds": ["latent"], "numerical": {}}}}, "metrics.psnr.kinds: psnr does not apply to 'latent'*"),
+    ({"metrics": {"psnr": {"required": "yes", "numerical": {}}}}, "metrics.psnr.required must be true or false"),
+    ({"images": {"range": [0, 255]}, "metrics": {"psnr": {}}}, "images.range must be [0.0, 1.0] or [-1.0, 1.0]*"),
+    ({"thresholds": {}}, "unknown key 'thresholds'*"),
+    ({}, "no [metrics.<name>] tables"),
+])
+def test_validation_errors_name_file_and_key(data: dict, expected: str) -> None:
+    with pytest.raises(ContractError) as info:
+        contract_from_dict(data, source="q.toml")
+    message = str(info.value)
+    assert message.startswith("q.toml: "), message
+    position = 0
+    for part in expected.split("*"):  # the parts appear in this order
+        position = message.index(part, position) + len(part)
+
+
+def test_dtype_table_without_the_dtype_or_default_is_a_clear_error() -> None:
+    contract = contract_from_dict({"metrics": {"rel_l2": {"numerical": {"max": {"fp32": 1e-4}}}}}, source="q.toml")
+    rule = contract.rules("numerical")[0]
+    assert rule.limit("max", "fp32") == 1e-4
+    with pytest.raises(ContractError, match=r"q.toml: metrics.rel_l2.numerical.max has no limit for dtype 'bf16'"):
+        rule.limit("max", "bf16")
+
+
+def test_unparsable_and_missing_files(tmp_path: Path) -> None:
+    bad = tmp_path / "c.toml"
+    bad.write_text("[metrics.psnr\n")
+    with pytest.raises(ContractError, match=r"c.toml: not valid TOML"):
+        load_contract(bad)
+    with pytest.raises(ContractError, match=r"nope.toml does not exist.*--ditgate-contract"):
+        load_contract(tmp_path / "nope.toml")
+
+
+def test_bad_explicit_contract_fails_the_session_at_start(pytester: pytest.Pytester) -> None:
+    pytester.makefile(".toml", contract="[metrics.psnr.numerical]\nmin = 30\nmx = 2\n")
+    pytester.makepyfile("def test_x():\n    pass\n")
+    result = pytester.runpytest("--ditgate", "--ditgate-contract=contract.toml")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*contract.toml: unknown key metrics.psnr.numerical.'mx'*"])
+
+
+def test_contract_from_tool_ditgate_and_class_choices(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml('[tool.ditgate]\nquality_contract = "q/contract.toml"\n')
+    pytester.mkdir("q")
+    pytester.path.joinpath("q", "contract.toml").write_text("[metrics.rel_l2.exact]\nmax = 0\n")
+    pytester.makepyfile("""
+        def test_x(quality_gate):
+            assert quality_gate.contract.path.endswith("contract.toml")
+            assert quality_gate.experiment_class == "exact"
+    """)
+    pytester.runpytest("--ditgate", "--ditgate-class=exact").assert_outcomes(passed=1)
+    result = pytester.runpytest("--ditgate", "--ditgate-class=fast")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ditgate-class: invalid choice: 'fast'*"])
