@@ -28,6 +28,7 @@ FIXTURE_PROVIDERS: tuple[str, ...] = (
     "pytest_ditgate.fixtures",
     "pytest_ditgate.quality.quality_plugin",
     "pytest_ditgate.correctness.plugin",
+    "pytest_ditgate.bench.plugin",
     "pytest_ditgate.golden.golden_plugin", "pytest_ditgate.golden.fixed_paths",
 )
 

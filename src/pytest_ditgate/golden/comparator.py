@@ -1,0 +1,110 @@
+"""Does a candidate match its golden? The default comparator: relative L2 and relative max error per tensor.
+
+Limits depend on the coarser dtype of the two tensors and are multiplied by the tolerance scale of
+the fallback step the golden came from. Any callable ``compare(candidate, hit) -> result`` with a
+boolean ``passed`` (and optionally ``lines()``) can replace it, e.g. one built on the quality contract
+(``pytest_ditgate.quality``); this module is the hook point for that.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    import torch
+
+    from pytest_ditgate.golden.session import GoldenHit
+
+#: dtype -> (relative L2 limit, relative max-error limit) at tolerance scale 1
+DEFAULT_LIMITS: dict[str, tuple[float, float]] = {
+    "float64": (1e-10, 1e-9),
+    "float32": (1e-4, 1e-3),
+    "float16": (1e-2, 5e-2),
+    "bfloat16": (3e-2, 1e-1),
+}
+_PRECISION_ORDER = ("float64", "float32", "float16", "bfloat16")
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """One tensor's comparison: errors, the limits applied, and the verdict."""
+
+    name: str
+    passed: bool
+    rel_l2: float = math.nan
+    rel_max: float = math.nan
+    limit_rel_l2: float = math.nan
+    limit_rel_max: float = math.nan
+    note: str = ""
+
+    def line(self) -> str:
+        verdict = "ok  " if self.passed else "FAIL"
+        if self.note:
+            return f"{verdict} {self.name}: {self.note}"
+        return (f"{verdict} {self.name}: rel_l2 {self.rel_l2:.3e} (limit {self.limit_rel_l2:.1e}), "
+                f"rel_max {self.rel_max:.3e} (limit {self.limit_rel_max:.1e})")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """All tensors' diffs; ``passed`` only when every golden tensor is present and within limits."""
+
+    diffs: tuple[TensorDiff, ...] = field(default_factory=tuple)
+
+    @property
+    def passed(self) -> bool:
+        return all(d.passed for d in self.diffs)
+
+    def lines(self) -> list[str]:
+        return [d.line() for d in self.diffs]
+
+
+def _dtype_name(tensor: Any) -> str:
+    return str(tensor.dtype).replace("torch.", "")
+
+
+def _coarser(a: str, b: str) -> str:
+    known = [d for d in (a, b) if d in _PRECISION_ORDER]
+    return max(known, key=_PRECISION_ORDER.index) if known else "float32"
+
+
+@dataclass(frozen=True)
+class TensorComparator:
+    """Relative-L2 and relative max-error limits per dtype (``limits`` overrides :data:`DEFAULT_LIMITS`)."""
+
+    limits: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    exact_dtypes: bool = False  # True: a dtype change fails even when the values are close
+
+    def compare_tensor(self, name: str, candidate: "torch.Tensor", golden: "torch.Tensor", scale: float) -> TensorDiff:
+        import torch
+
+        if tuple(candidate.shape) != tuple(golden.shape):
+            return TensorDiff(name, False, note=f"shape {tuple(candidate.shape)} != golden {tuple(golden.shape)}")
+        if self.exact_dtypes and candidate.dtype != golden.dtype:
+            return TensorDiff(name, False, note=f"dtype {_dtype_name(candidate)} != golden {_dtype_name(golden)}")
+        cand = candidate.detach().to("cpu", torch.float64)
+        gold = golden.detach().to("cpu", torch.float64)
+        if not torch.isfinite(cand).all():
+            return TensorDiff(name, False, note="candidate has NaN or Inf")
+        limits = {**DEFAULT_LIMITS, **dict(self.limits)}
+        dtype = _coarser(_dtype_name(candidate), _dtype_name(golden))
+        lim_l2, lim_max = (limit * scale for limit in limits.get(dtype, limits["float32"]))
+        diff = cand - gold
+        gold_norm, gold_max = float(gold.norm()), float(gold.abs().max()) if gold.numel() else 0.0
+        rel_l2 = float(diff.norm()) / gold_norm if gold_norm > 0 else float(diff.norm())
+        rel_max = float(diff.abs().max()) / gold_max if gold_max > 0 else float(diff.abs().max()) if diff.numel() else 0.0
+        passed = rel_l2 <= lim_l2 and rel_max <= lim_max
+        return TensorDiff(name, passed, rel_l2, rel_max, lim_l2, lim_max)
+
+    def __call__(self, candidate: Mapping[str, "torch.Tensor"], hit: "GoldenHit") -> Comparison:
+        diffs = []
+        for name in sorted(set(hit.tensors) | set(candidate)):
+            if name not in candidate:
+                diffs.append(TensorDiff(name, False, note="missing from the candidate"))
+            elif name not in hit.tensors:
+                diffs.append(TensorDiff(name, False, note="not in the golden (refreeze to add it)"))
+            else:
+                diffs.append(self.compare_tensor(name, candidate[name], hit.tensors[name], hit.tolerance_scale))
+        return Comparison(tuple(diffs))

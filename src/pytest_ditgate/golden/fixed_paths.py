@@ -1,0 +1,221 @@
+"""The fixed-paths lock: sha256 of every file a candidate must never change, verified at session start.
+
+``[tool.ditgate] fixed_paths`` in pyproject.toml lists files, folders (all files below them) and glob
+patterns relative to the rootdir; ``fixed_paths_lock`` names the lock file (default
+``golden/fixed_paths.lock.json``). Under ``--ditgate`` any edited, added or removed file, or a changed
+``fixed_paths`` list, stops the session before a test runs, listing what changed. Deliberate runs
+(``--ditgate-freeze``, ``--ditgate-refreeze``, ``--ditgate-relock``) rewrite the lock at session end
+instead, after any goldens are written, and say so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ditgate import options
+from pytest_ditgate.context import get_context
+from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.options import OptionSpec
+
+RELOCK = OptionSpec("--ditgate-relock", "rewrite the fixed-paths lock from the files as they are now "
+                                        "(a deliberate change of corpus, goldens, evaluator or baseline)", kind="bool")
+OPTIONS = (RELOCK,)
+DEFAULT_LOCK = "golden/fixed_paths.lock.json"
+LOCK_VERSION = 1
+_SKIP_PARTS = {"__pycache__", ".pytest_cache", ".git"}
+_SKIP_SUFFIXES = (".pyc", ".pyo", ".lock", ".tmp")
+RELOCK_HINT = "if the change is deliberate, run pytest --ditgate --ditgate-relock"
+
+
+@dataclass(frozen=True)
+class LockSettings:
+    rootdir: Path
+    patterns: tuple[str, ...]
+    lock_path: Path
+
+    @classmethod
+    def from_rootdir(cls, rootdir: Path) -> "LockSettings":
+        from pytest_ditgate.project_config import load_project_config, string_list
+
+        table = load_project_config(rootdir)
+        patterns = tuple(string_list(table, "fixed_paths"))
+        lock = table.get("fixed_paths_lock", DEFAULT_LOCK)
+        if not isinstance(lock, str):
+            raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock must be a string, got {lock!r}")
+        return cls(rootdir, patterns, rootdir / lock)
+
+
+def _included(path: Path, lock_path: Path) -> bool:
+    return (path.is_file() and path != lock_path and not _SKIP_PARTS & set(path.parts)
+            and not path.name.endswith(_SKIP_SUFFIXES))
+
+
+def expand(settings: LockSettings) -> dict[str, str]:
+    """Relative posix path -> sha256 for every file the patterns name (sorted)."""
+    root = settings.rootdir
+    files: set[Path] = set()
+    for pattern in settings.patterns:
+        target = root / pattern
+        if any(ch in pattern for ch in "*?["):
+            found = root.glob(pattern)
+        elif target.is_dir():
+            found = target.rglob("*")
+        else:
+            found = [target]
+        files.update(p for p in found if _included(p, settings.lock_path))
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(files)}
+
+
+@dataclass(frozen=True)
+class LockVerdict:
+    """Differences between the files now and the lock; empty lists mean the fixed paths are intact."""
+
+    lock_path: Path
+    missing_lock: bool = False
+    edited: tuple[str, ...] = ()
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    patterns_before: tuple[str, ...] | None = None
+    patterns_now: tuple[str, ...] = ()
+    unreadable: str | None = None
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.missing_lock or self.unreadable or self.edited or self.added or self.removed
+                    or (self.patterns_before is not None and self.patterns_before != self.patterns_now))
+
+    def lines(self) -> list[str]:
+        if self.missing_lock:
+            return [f"no fixed-paths lock at {self.lock_path}; run pytest --ditgate --ditgate-relock to create it"]
+        if self.unreadable:
+            return [f"fixed-paths lock {self.lock_path} is unreadable ({self.unreadable})"]
+        out = []
+        if self.patterns_before is not None and self.patterns_before != self.patterns_now:
+            out.append(f"fixed_paths setting changed: lock has {list(self.patterns_before)}, "
+                       f"pyproject has {list(self.patterns_now)}")
+        out += [f"edited:  {p}" for p in self.edited]
+        out += [f"added:   {p}" for p in self.added]
+        out += [f"removed: {p}" for p in self.removed]
+        return out
+
+
+def evaluate_lock(settings: LockSettings) -> LockVerdict:
+    """Compare the files on disk with the lock (pure decision; nothing is written)."""
+    import json
+
+    try:
+        data = json.loads(settings.lock_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return LockVerdict(settings.lock_path, missing_lock=True)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return LockVerdict(settings.lock_path, unreadable=str(exc))
+    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
+        return LockVerdict(settings.lock_path, unreadable="no 'files' table")
+    locked: dict[str, str] = data["files"]
+    now = expand(settings)
+    return LockVerdict(
+        settings.lock_path,
+        edited=tuple(sorted(p for p in now.keys() & locked.keys() if now[p] != locked[p])),
+        added=tuple(sorted(now.keys() - locked.keys())),
+        removed=tuple(sorted(locked.keys() - now.keys())),
+        patterns_before=tuple(data.get("patterns", ())),
+        patterns_now=settings.patterns,
+    )
+
+
+def write_lock(settings: LockSettings) -> int:
+    """Rewrite the lock atomically from the files as they are now; returns the number of files."""
+    from pytest_ditgate.fsutil import atomic_write_json, lock_for
+
+    files = expand(settings)
+    with lock_for(settings.lock_path):
+        atomic_write_json(settings.lock_path, {"version": LOCK_VERSION, "patterns": list(settings.patterns),
+                                               "files": files})
+    return len(files)
+
+
+@dataclass
+class LockState:
+    settings: LockSettings
+    deliberate: str | None  # "freeze", "refreeze", "relock" or None
+    verdict: LockVerdict | None = None
+    summary: list[str] = field(default_factory=list)
+
+
+_state_key = pytest.StashKey[LockState]()
+
+
+def _deliberate(config: pytest.Config) -> str | None:
+    from pytest_ditgate.golden.golden_plugin import FREEZE, REFREEZE
+
+    for name, spec in (("relock", RELOCK), ("refreeze", REFREEZE), ("freeze", FREEZE)):
+        if options.get_option(config, spec):
+            return name
+    return None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    context = get_context(config)
+    relock = bool(options.get_option(config, RELOCK))
+    if relock and not context.enabled:
+        raise pytest.UsageError("--ditgate-relock needs --ditgate")
+    if not context.enabled or context.is_xdist_worker:
+        return
+    try:
+        settings = LockSettings.from_rootdir(Path(config.rootpath))
+    except DitgateUsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    if settings.patterns or relock:
+        config.stash[_state_key] = LockState(settings, _deliberate(config))
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Verify the lock before any test runs; a change stops the session unless the run is deliberate."""
+    state = session.config.stash.get(_state_key, None)
+    if state is None:
+        return
+    state.verdict = evaluate_lock(state.settings)
+    if not state.verdict.changed:
+        return
+    if state.deliberate:
+        state.summary.append(f"fixed paths changed before this --ditgate-{state.deliberate} run:")
+        state.summary += ["  " + line for line in state.verdict.lines()]
+        return
+    verdict = state.verdict
+    if verdict.missing_lock or verdict.unreadable:
+        message = "ditgate: cannot verify the fixed paths: " + verdict.lines()[0]
+    else:
+        message = "\n  ".join([f"ditgate: fixed paths changed (lock {state.settings.lock_path}):",
+                               *verdict.lines(), RELOCK_HINT])
+    pytest.exit(message, returncode=pytest.ExitCode.TESTS_FAILED)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Deliberate runs rewrite the lock last (after golden writes in earlier sessionfinish hooks)."""
+    state = session.config.stash.get(_state_key, None)
+    if state is None or not state.deliberate:
+        return
+    try:
+        count = write_lock(state.settings)
+    except OSError as exc:
+        state.summary.append(f"could not rewrite the fixed-paths lock {state.settings.lock_path}: {exc}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+        return
+    state.summary.append(f"RELOCKED: fixed-paths lock {state.settings.lock_path} rewritten "
+                         f"({count} files, --ditgate-{state.deliberate})")
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = config.stash.get(_state_key, None)
+    if state is None or not state.summary:
+        return
+    terminalreporter.section("ditgate fixed paths", sep="-")
+    for line in state.summary:
+        terminalreporter.write_line(line, yellow=True, bold=line.startswith("RELOCKED"))

@@ -1,0 +1,193 @@
+"""pytest wiring of the golden store: options, the ``golden`` fixture, queued writes and the summary.
+
+``--ditgate-freeze`` writes goldens that are missing for the current device key; ``--ditgate-refreeze``
+overwrites (and says so loudly); a normal ``--ditgate`` run never writes and fails a test whose golden
+is missing. Under pytest-xdist each worker flushes its own writes (merged into the manifest under a
+file lock) and reports its usage to the controller, which lists orphans.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from pytest_ditgate import options
+from pytest_ditgate.context import OFF_REASON, get_context
+from pytest_ditgate.keys import golden_session_key
+from pytest_ditgate.options import OptionSpec
+
+FREEZE = OptionSpec("--ditgate-freeze", "write goldens that are missing for this device (existing ones are "
+                                        "compared, never overwritten)", kind="bool")
+REFREEZE = OptionSpec("--ditgate-refreeze", "OVERWRITE the goldens of every test that runs (deliberate "
+                                            "baseline change; reported loudly)", kind="bool")
+GOLDEN_DIR = OptionSpec("--ditgate-golden-dir", "golden store folder (manifest.json + <device key>/*.safetensors); "
+                                                "default: <rootdir>/golden")
+OPTIONS = (FREEZE, REFREEZE, GOLDEN_DIR)
+WORKER_OUTPUT = "ditgate_golden"
+
+
+@dataclass
+class GoldenPluginState:
+    """The session plus what this process saw (collected and ran nodeids), and usage merged from workers."""
+
+    session: Any  # GoldenSession
+    rootdir: Path
+    collected: set[str] = field(default_factory=set)
+    ran: set[str] = field(default_factory=set)
+    worker_usage: list[dict[str, Any]] = field(default_factory=list)
+    report: Any = None  # GoldenReport, after sessionfinish
+
+
+def golden_dir(config: pytest.Config) -> Path:
+    raw = options.get_option(config, GOLDEN_DIR)
+    path = Path(raw) if raw else Path(config.rootpath) / "golden"
+    return path if path.is_absolute() else Path(config.rootpath) / path
+
+
+def golden_mode(config: pytest.Config) -> str:
+    """``check``, ``freeze`` or ``refreeze``; contradictory or gate-less flags are usage errors."""
+    freeze, refreeze = bool(options.get_option(config, FREEZE)), bool(options.get_option(config, REFREEZE))
+    if freeze and refreeze:
+        raise pytest.UsageError("--ditgate-freeze and --ditgate-refreeze exclude each other: "
+                                "freeze writes only missing goldens, refreeze overwrites all")
+    mode = "refreeze" if refreeze else "freeze" if freeze else "check"
+    if mode != "check" and not get_context(config).enabled:
+        raise pytest.UsageError(f"--ditgate-{mode} needs --ditgate (goldens are written by gate tests)")
+    return mode
+
+
+def _provenance_factory(config: pytest.Config):
+    cache: dict[str, Any] = {}
+
+    def provenance() -> dict[str, Any]:
+        if not cache:
+            from pytest_ditgate.device import real_device
+            from pytest_ditgate.environment import git_commit
+            from pytest_ditgate.toolchain import package_version
+
+            device = real_device()
+            cache.update(
+                torch=package_version("torch"), diffusers=package_version("diffusers"),
+                commit=git_commit(config.rootpath),
+                command="pytest " + " ".join(config.invocation_params.args),
+                device={k: getattr(device, k) for k in ("name", "arch", "driver", "cuda_runtime")},
+            )
+        return dict(cache)
+
+    return provenance
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    mode = golden_mode(config)
+    if not get_context(config).enabled:
+        return
+    from pytest_ditgate.golden.session import GoldenSession
+    from pytest_ditgate.golden.store import GoldenStore
+
+    session = GoldenSession(GoldenStore(golden_dir(config)), mode=mode, provenance=_provenance_factory(config))
+    config.stash[golden_session_key] = GoldenPluginState(session, Path(config.rootpath))
+    if mode == "refreeze" and not get_context(config).is_xdist_worker:
+        config.issue_config_time_warning(pytest.PytestWarning(
+            f"ditgate: --ditgate-refreeze will OVERWRITE existing goldens in {session.store.root}"), stacklevel=2)
+
+
+def _state(config: pytest.Config) -> GoldenPluginState | None:
+    return config.stash.get(golden_session_key, None)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    state = _state(session.config)
+    if state is not None:
+        state.collected.update(item.nodeid for item in session.items)
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    if items:
+        state = _state(items[0].config)
+        if state is not None:
+            state.collected.update(item.nodeid for item in items)
+
+
+def pytest_runtest_call(item: pytest.Item) -> None:
+    """A test that reaches its call phase ran (a skipped one did not): its goldens may be judged orphans."""
+    state = _state(item.config)
+    if state is not None:
+        state.ran.add(item.nodeid)
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest):
+    """Golden-store access for this test: ``golden.check(name, tensors)`` and ``golden.load(name)``."""
+    from pytest_ditgate.golden.fixture import Golden
+
+    state = _state(request.config)
+    if state is None:
+        pytest.skip(OFF_REASON)
+    return Golden(state.session, request.node.nodeid)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Flush queued writes (a failed write fails the run); workers hand usage to the controller."""
+    config = session.config
+    state = _state(config)
+    if state is None:
+        return
+    golden_session = state.session
+    golden_session.finish()
+    if golden_session.write_errors:
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+    usage = {"used": sorted(golden_session.used), "ran": sorted(state.ran), "collected": sorted(state.collected),
+             "written": golden_session.written, "overwritten": golden_session.overwritten,
+             "fallbacks": [list(f) for f in golden_session.fallbacks], "errors": golden_session.write_errors}
+    workeroutput = getattr(config, "workeroutput", None)
+    if workeroutput is not None:
+        workeroutput[WORKER_OUTPUT] = usage
+        return
+    state.report = build_report(state, [usage, *state.worker_usage])
+
+
+def build_report(state: GoldenPluginState, usages: list[dict[str, Any]]):
+    from pytest_ditgate.golden.manifest import ManifestError
+    from pytest_ditgate.golden.report import GoldenReport, RunUsage, find_orphans
+
+    merged: dict[str, list[Any]] = {k: [] for k in ("used", "ran", "collected", "written", "overwritten", "fallbacks", "errors")}
+    for usage in usages:
+        for name in merged:
+            merged[name].extend(usage.get(name, []))
+    report = GoldenReport(state.session.mode, written=sorted(merged["written"]), overwritten=sorted(merged["overwritten"]),
+                          fallbacks=[tuple(f) for f in merged["fallbacks"]], errors=list(merged["errors"]))
+    store = state.session.store
+    try:
+        manifest = store.load_manifest()
+    except ManifestError as exc:
+        report.errors.append(str(exc))
+        return report
+    run = RunUsage(frozenset(merged["used"]), frozenset(merged["ran"]), frozenset(merged["collected"]))
+    if run.ran:
+        report.orphans = find_orphans(manifest, run, state.rootdir)
+    report.untracked = store.untracked_files(manifest)
+    return report
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: Any) -> None:
+    """xdist controller: collect each worker's golden usage."""
+    usage = getattr(node, "workeroutput", {}).get(WORKER_OUTPUT)
+    state = _state(node.config)
+    if usage is not None and state is not None:
+        state.worker_usage.append(usage)
+
+
+def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
+    state = _state(config)
+    report = state.report if state is not None else None
+    lines = report.lines() if report is not None else []
+    if not lines:
+        return
+    terminalreporter.section("ditgate golden store", sep="-")
+    for text, markup in lines:
+        terminalreporter.write_line(text, **markup)

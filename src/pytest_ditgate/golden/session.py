@@ -1,0 +1,187 @@
+"""One run's golden bookkeeping: lookups with the fallback chain, queued writes, usage for orphans.
+
+Goldens are never written while tests run: ``freeze``/``refreeze`` queue writes and :meth:`finish`
+flushes them once, merging into the manifest on disk under its file lock (so pytest-xdist workers,
+which each flush their own queue, never lose each other's entries). In ``check`` mode nothing is written.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from pytest_ditgate.errors import GateFailure
+from pytest_ditgate.fsutil import lock_for
+from pytest_ditgate.golden.comparator import TensorComparator
+from pytest_ditgate.golden.keys import KeyStep, fallback_chain, validate_key
+from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
+from pytest_ditgate.golden.store import GoldenStore, sha256_bytes, validate_name
+
+if TYPE_CHECKING:
+    import torch
+
+MODES = ("check", "freeze", "refreeze")
+FREEZE_HINT = "run pytest --ditgate --ditgate-freeze to create it"
+
+
+@dataclass(frozen=True)
+class GoldenHit:
+    """A golden found for a lookup: its tensors, the key used and the tolerance scale that goes with it."""
+
+    name: str
+    tensors: dict[str, "torch.Tensor"]
+    requested_key: str
+    step: KeyStep
+    entry: GoldenEntry
+
+    @property
+    def key_used(self) -> str:
+        return self.step.key
+
+    @property
+    def fallback(self) -> bool:
+        return self.step.fallback
+
+    @property
+    def tolerance_scale(self) -> float:
+        return self.step.tolerance_scale
+
+    def describe(self) -> str:
+        if not self.fallback:
+            return f"golden {self.name!r} for {self.key_used}"
+        return (f"golden {self.name!r} for {self.requested_key} via fallback {self.key_used} "
+                f"({self.step.rule}, tolerance x{self.tolerance_scale:g})")
+
+
+@dataclass(frozen=True)
+class GoldenResult:
+    """Outcome of :meth:`Golden.check`: ``matched``, ``written`` (freeze) or ``overwritten`` (refreeze)."""
+
+    name: str
+    status: str
+    key: str
+    hit: GoldenHit | None = None
+    comparison: Any = None
+
+    @property
+    def key_used(self) -> str:
+        return self.hit.key_used if self.hit else self.key
+
+    @property
+    def fallback(self) -> bool:
+        return bool(self.hit and self.hit.fallback)
+
+    @property
+    def tolerance_scale(self) -> float:
+        return self.hit.tolerance_scale if self.hit else 1.0
+
+
+@dataclass
+class PendingWrite:
+    entry: GoldenEntry
+    data: bytes
+    overwrite: bool
+
+
+@dataclass
+class GoldenSession:
+    """Mode, store and the run's record of lookups and queued writes."""
+
+    store: GoldenStore
+    mode: str = "check"
+    provenance: Callable[[], dict[str, Any]] = dict
+    pending: dict[str, PendingWrite] = field(default_factory=dict)
+    used: set[str] = field(default_factory=set)
+    fallbacks: list[tuple[str, str, str, str]] = field(default_factory=list)  # nodeid, name, requested, used
+    written: list[str] = field(default_factory=list)
+    overwritten: list[str] = field(default_factory=list)
+    write_errors: list[str] = field(default_factory=list)
+    _manifest: Manifest | None = None
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"golden mode must be one of {MODES}, got {self.mode!r}")
+
+    def manifest(self) -> Manifest:
+        """The manifest as read at first use (a corrupt one fails every golden test, naming the file)."""
+        __tracebackhide__ = True
+        if self._manifest is None:
+            try:
+                self._manifest = self.store.load_manifest()
+            except ManifestError as exc:
+                raise GateFailure("golden_integrity", str(exc)) from None
+        return self._manifest
+
+    # -- lookups ---------------------------------------------------------------------------------
+    def lookup(self, name: str, key: str, *, nodeid: str = "") -> GoldenHit:
+        """Read the first golden along the fallback chain of ``key``; fail naming what was tried."""
+        __tracebackhide__ = True
+        validate_name(name)
+        self.used.add(name)
+        manifest = self.manifest()
+        chain = fallback_chain(key, manifest.keys_for(name))
+        for step in chain:
+            entry = manifest.get(name, step.key)
+            if entry is None:
+                continue
+            hit = GoldenHit(name, self.store.read(entry), key, step, entry)
+            if hit.fallback:
+                self.fallbacks.append((nodeid, name, key, step.key))
+            return hit
+        tried = ", ".join(step.key for step in chain)
+        untracked = self.store.location(name, key)
+        extra = f" ({untracked} exists but is not in the manifest)" if untracked.exists() else ""
+        raise GateFailure("golden_missing", f"no golden {name!r} for {key} (tried {tried}) in "
+                                            f"{self.store.manifest_path}{extra}; {FREEZE_HINT}")
+
+    def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], key: str, *,
+              compare: Callable[[Mapping[str, Any], GoldenHit], Any] | None = None,
+              nodeid: str = "", metadata: Mapping[str, Any] | None = None) -> GoldenResult:
+        """Compare ``tensors`` with the golden ``name`` (or queue it, in freeze/refreeze mode)."""
+        __tracebackhide__ = True
+        validate_name(name)
+        validate_key(key)
+        if not tensors:
+            raise ValueError(f"golden {name!r}: no tensors to check")
+        self.used.add(name)
+        exists = self.manifest().get(name, key) is not None or f"{key}/{name}" in self.pending
+        if self.mode == "refreeze" or (self.mode == "freeze" and not exists):
+            self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists)
+            return GoldenResult(name, "overwritten" if exists else "written", key)
+        hit = self.lookup(name, key, nodeid=nodeid)
+        comparison = (compare or TensorComparator())(tensors, hit)
+        if not bool(getattr(comparison, "passed", False)):
+            lines = comparison.lines() if hasattr(comparison, "lines") else [str(comparison)]
+            raise GateFailure("golden_mismatch", f"{hit.describe()} does not match:\n  " + "\n  ".join(lines),
+                              report=comparison)
+        return GoldenResult(name, "matched", key, hit, comparison)
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _queue(self, name: str, key: str, tensors: Mapping[str, Any], *, nodeid: str,
+               metadata: Mapping[str, Any] | None, overwrite: bool) -> None:
+        serializer = self.store.serializer
+        data = serializer.serialize(tensors, metadata={"name": name, "key": key})
+        provenance = dict(self.provenance())
+        provenance.update(test=nodeid, created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                          metadata=dict(metadata or {}))
+        entry = GoldenEntry(name=name, key=key, file=self.store.relative(name, key), sha256=sha256_bytes(data),
+                            size=len(data), tensors=serializer.describe(tensors), provenance=provenance)
+        self.pending[entry.id] = PendingWrite(entry, data, overwrite)
+
+    def finish(self) -> None:
+        """Flush queued writes: files first, then the manifest merged under its lock. Never raises on I/O."""
+        if not self.pending:
+            return
+        try:
+            with lock_for(self.store.manifest_path):
+                manifest = self.store.load_manifest()  # re-read: another worker may have written meanwhile
+                for ident, write in sorted(self.pending.items()):
+                    self.store.write(write.entry.file, write.data)
+                    manifest.put(write.entry)
+                    (self.overwritten if write.overwrite else self.written).append(ident)
+                manifest.save()
+        except (OSError, ManifestError) as exc:
+            self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}")
+        self.pending.clear()
+        self._manifest = None

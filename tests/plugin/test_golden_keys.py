@@ -1,0 +1,28 @@
+"""The device-key fallback chain (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from pytest_ditgate.golden.keys import CPU_SCALE, FAMILY_SCALE, fallback_chain, family, validate_key
+
+
+def test_chain_order_exact_family_nearest_first_then_cpu() -> None:
+    chain = fallback_chain("sm_86", {"sm_80", "sm_89", "sm_90", "cpu", "sm_86"})
+    assert [(s.key, s.tolerance_scale, s.rule) for s in chain] == [
+        ("sm_86", 1.0, "exact"), ("sm_89", FAMILY_SCALE, "family sm_8x"), ("sm_80", FAMILY_SCALE, "family sm_8x"),
+        ("cpu", CPU_SCALE, "cpu")]
+    assert [s.fallback for s in chain] == [False, True, True, True]
+
+
+def test_cpu_and_other_families() -> None:
+    assert [s.key for s in fallback_chain("cpu", {"sm_86"})] == ["cpu"]
+    assert [s.key for s in fallback_chain("sm_90", {"sm_86", "sm_100"})] == ["sm_90", "cpu"]
+    assert [s.key for s in fallback_chain("sm_100", {"sm_103", "sm_90"})] == ["sm_100", "sm_103", "cpu"]
+    assert (family("sm_86"), family("sm_120"), family("cpu")) == ("sm_8x", "sm_12x", None)
+
+
+@pytest.mark.parametrize("key", ["gpu", "sm86", "sm_8", "../x", ""])
+def test_bad_keys(key: str) -> None:
+    with pytest.raises(ValueError, match="bad golden device key"):
+        validate_key(key)

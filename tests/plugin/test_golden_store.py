@@ -1,0 +1,208 @@
+"""The golden store through pytest: freeze/refreeze rules, integrity checks, fallback chain, orphans."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("safetensors")
+
+TESTS = """
+import torch
+
+def values(seed, scale=1.0):
+    g = torch.Generator().manual_seed(seed)
+    return {{"x": torch.randn(4, 8, generator=g) * scale, "y": torch.arange(6, dtype=torch.float32)}}
+
+def test_a(golden):
+    golden.check("a", values(0, {scale_a}))
+
+def test_b(golden):
+    golden.check("b", values(1))
+"""
+
+
+def write_tests(pytester: pytest.Pytester, scale_a: float = 1.0, body: str = TESTS) -> None:
+    pytester.makepyfile(test_gold=body.format(scale_a=scale_a))
+
+
+def manifest(pytester: pytest.Pytester) -> dict:
+    return json.loads((pytester.path / "golden" / "manifest.json").read_text())
+
+
+def test_normal_run_never_writes_and_names_the_freeze_flag(pytester: pytest.Pytester) -> None:
+    write_tests(pytester)
+    result = pytester.runpytest("--ditgate")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*?golden_missing? no golden 'a' for cpu (tried cpu) in *manifest.json; "
+                                 "run pytest --ditgate --ditgate-freeze to create it"])
+    assert not (pytester.path / "golden").exists()
+
+
+def test_freeze_writes_only_missing_goldens(pytester: pytest.Pytester) -> None:
+    write_tests(pytester, body=TESTS.split("def test_b")[0])
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=1)
+    entry = manifest(pytester)["entries"]["cpu/a"]
+    assert entry["file"] == "cpu/a.safetensors" and entry["key"] == "cpu"
+    assert entry["tensors"] == {"x": {"shape": [4, 8], "dtype": "float32"}, "y": {"shape": [6], "dtype": "float32"}}
+    assert entry["provenance"]["test"] == "test_gold.py::test_a"
+    assert entry["provenance"]["torch"] and "--ditgate-freeze" in entry["provenance"]["command"]
+    before = (pytester.path / "golden" / "cpu" / "a.safetensors").read_bytes()
+
+    write_tests(pytester, scale_a=2.0)  # a now differs, b is new
+    result = pytester.runpytest("--ditgate", "--ditgate-freeze")
+    result.assert_outcomes(passed=1, failed=1)  # a is compared (and fails), never overwritten; b is written
+    result.stdout.fnmatch_lines(["*?golden_mismatch? golden 'a' for cpu does not match:*", "*wrote 1 new golden(s): cpu/b*"])
+    assert (pytester.path / "golden" / "cpu" / "a.safetensors").read_bytes() == before
+    assert set(manifest(pytester)["entries"]) == {"cpu/a", "cpu/b"}
+
+
+def test_refreeze_overwrites_loudly(pytester: pytest.Pytester) -> None:
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    write_tests(pytester, scale_a=2.0)
+    pytester.runpytest("--ditgate").assert_outcomes(passed=1, failed=1)
+    result = pytester.runpytest("--ditgate", "--ditgate-refreeze")
+    result.assert_outcomes(passed=2, warnings=1)
+    result.stdout.fnmatch_lines(["*--ditgate-refreeze will OVERWRITE existing goldens*",
+                                 "*REFREEZE: OVERWROTE 2 existing golden(s): cpu/a, cpu/b*"])
+    pytester.runpytest("--ditgate").assert_outcomes(passed=2)
+
+
+def test_mismatch_report_names_tensor_errors_and_limits(pytester: pytest.Pytester) -> None:
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    write_tests(pytester, scale_a=1.001)  # within float32 rel-L2 1e-4? no: 1e-3 off
+    result = pytester.runpytest("--ditgate")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*FAIL x: rel_l2 1.000e-03 (limit 1.0e-04), rel_max 1.000e-03 (limit 1.0e-03)*",
+                                 "*ok   y: rel_l2 0.000e+00*"])
+
+
+def test_zeros_and_missing_tensors_fail(pytester: pytest.Pytester) -> None:
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    pytester.makepyfile(test_gold="""
+        import torch
+        def test_a(golden):
+            golden.check("a", {"x": torch.zeros(4, 8), "y": torch.arange(6, dtype=torch.float32)})
+        def test_b(golden):
+            golden.check("b", {"x": torch.zeros(4, 8)})
+    """)
+    result = pytester.runpytest("--ditgate")
+    result.assert_outcomes(failed=2)
+    result.stdout.fnmatch_lines(["*FAIL x: rel_l2 1.000e+00*", "*FAIL y: missing from the candidate*"])
+
+
+@pytest.mark.parametrize("damage, message", [
+    ("flip", "*?golden_integrity? golden file *a.safetensors was modified: sha256 *manifest says *"),
+    ("truncate", "*?golden_integrity? golden file *a.safetensors is truncated: * bytes, manifest says *"),
+    ("delete", "*golden file *a.safetensors is listed in *manifest.json but missing*"),
+    ("manifest", "*?golden_integrity? *manifest.json: golden manifest is not valid JSON*"),
+])
+def test_damaged_goldens_fail_naming_the_file(pytester: pytest.Pytester, damage: str, message: str) -> None:
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    path = pytester.path / "golden" / "cpu" / "a.safetensors"
+    data = bytearray(path.read_bytes())
+    if damage == "flip":
+        data[-3] ^= 0x01
+        path.write_bytes(bytes(data))
+    elif damage == "truncate":
+        path.write_bytes(bytes(data[:-10]))
+    elif damage == "delete":
+        path.unlink()
+    else:
+        (pytester.path / "golden" / "manifest.json").write_text("{ not json")
+    result = pytester.runpytest("--ditgate")
+    result.stdout.fnmatch_lines([message])
+    assert result.ret == pytest.ExitCode.TESTS_FAILED
+
+
+def test_fallback_chain_is_reported(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_gold="""
+        import torch
+        T = {"x": torch.linspace(-1, 1, 32)}
+        def test_freeze_sm86(golden):
+            golden.check("f", T, device="sm_86")
+        def test_freeze_cpu(golden):
+            golden.check("g", T, device="cpu")
+    """)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    pytester.makepyfile(test_gold="""
+        import torch
+        T = {"x": torch.linspace(-1, 1, 32)}
+        def test_freeze_sm86(golden):
+            result = golden.check("f", T * 1.00015 if False else {"x": T["x"] * 1.00015}, device="sm_89")
+            assert (result.key_used, result.fallback, result.tolerance_scale) == ("sm_86", True, 2.0)
+        def test_freeze_cpu(golden):
+            hit = golden.load("g", device="sm_90")
+            assert (hit.key_used, hit.fallback, hit.tolerance_scale, hit.step.rule) == ("cpu", True, 4.0, "cpu")
+            assert "via fallback cpu" in hit.describe()
+    """)
+    result = pytester.runpytest("--ditgate")
+    result.assert_outcomes(passed=2)  # 1.5e-4 error passes only thanks to the family scale
+    result.stdout.fnmatch_lines(["*fallback: test_gold.py::test_freeze_sm86 used golden 'f' of sm_86 (no sm_89 golden)*",
+                                 "*fallback: test_gold.py::test_freeze_cpu used golden 'g' of cpu (no sm_90 golden)*"])
+
+
+def test_orphans_are_listed_only_when_their_test_ran_or_is_gone(pytester: pytest.Pytester) -> None:
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    pytester.runpytest("--ditgate", "-k", "test_a").stdout.no_fnmatch_line("*orphaned*")
+    (pytester.path / "golden" / "cpu" / "stray.safetensors").write_bytes(b"x")
+    write_tests(pytester, body=TESTS.split("def test_b")[0])  # test_b removed: its golden is an orphan
+    result = pytester.runpytest("--ditgate")
+    result.assert_outcomes(passed=1)
+    result.stdout.fnmatch_lines(["*1 orphaned golden(s), used by no test: cpu/b*",
+                                 "*1 golden file(s) not in the manifest: cpu/stray.safetensors*"])
+
+
+def test_custom_comparator_hook(pytester: pytest.Pytester) -> None:
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    pytester.makepyfile(test_gold="""
+        import types, torch
+        def strict(candidate, hit):
+            return types.SimpleNamespace(passed=False, lines=lambda: [f"strict rejects {hit.name} ({hit.key_used})"])
+        def test_a(golden):
+            golden.check("a", {"x": torch.zeros(1)}, compare=strict)
+    """)
+    result = pytester.runpytest("--ditgate")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*strict rejects a (cpu)*"])
+
+
+@pytest.mark.parametrize("args, message", [
+    (("--ditgate", "--ditgate-freeze", "--ditgate-refreeze"), "*--ditgate-freeze and --ditgate-refreeze exclude each other*"),
+    (("--ditgate-freeze",), "*--ditgate-freeze needs --ditgate*"),
+])
+def test_contradictory_flags_are_usage_errors(pytester: pytest.Pytester, args, message) -> None:
+    write_tests(pytester)
+    result = pytester.runpytest(*args)
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([message])
+
+
+def test_golden_dir_option_and_gates_off(pytester: pytest.Pytester) -> None:
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze", "--ditgate-golden-dir", "store").assert_outcomes(passed=2)
+    assert (pytester.path / "store" / "manifest.json").is_file()
+    pytester.runpytest().assert_outcomes(skipped=2)
+
+
+def test_xdist_workers_merge_into_one_manifest(pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    body = "\n".join(textwrap.dedent(f"""
+        def test_{i}(golden):
+            import torch
+            golden.check("g{i}", {{"x": torch.full((3,), {i}.0)}})
+    """) for i in range(6))
+    pytester.makepyfile(test_many=body)
+    result = pytester.runpytest_subprocess("--ditgate", "--ditgate-freeze", "-n", "2", "-p", "xdist")
+    result.assert_outcomes(passed=6)
+    assert set(manifest(pytester)["entries"]) == {f"cpu/g{i}" for i in range(6)}
+    pytester.runpytest_subprocess("--ditgate", "-n", "2", "-p", "xdist").assert_outcomes(passed=6)
