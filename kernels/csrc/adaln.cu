@@ -26,6 +26,7 @@ struct AdalnArgs {
   int64_t gate_stride, scale_stride, shift_stride;
   int64_t rows, tokens, hidden;
   float eps;
+  int64_t rows_per_warp;  // set by the launcher
 };
 
 // Row values for the statistics, as fp32: x itself, or x + gate * y before it is rounded for storage
@@ -45,28 +46,91 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
   using P = Packet<T>;
   constexpr int N = P::N;
   const int lane = threadIdx.x % kWarp;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
-  if (row >= a.rows) return;
+  const int64_t warp_id = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp;
+  const int64_t first = warp_id * a.rows_per_warp;
+  const int64_t last = first + a.rows_per_warp < a.rows ? first + a.rows_per_warp : a.rows;
   const int packets = static_cast<int>(a.hidden / N);
-  const int64_t b = row / a.tokens;
-  const T* x = static_cast<const T*>(a.x) + row * a.hidden;
+  const float inv_h = 1.f / static_cast<float>(a.hidden);
 
-  RowBuffer<T, K, kResidual> buf;
-  float sum = 0.f;
-  if constexpr (kResidual) {
-    const T* y = static_cast<const T*>(a.y) + row * a.hidden;
-    const T* g = static_cast<const T*>(a.gate) + b * a.gate_stride;
-    T* xo = static_cast<T*>(a.x_out) + row * a.hidden;
-    P xs[K], ys[K], gs[K];
+  // A warp walks consecutive rows, which mostly share one batch index: the modulation rows (gate, scale,
+  // shift) stay in registers until the batch changes, and their loads overlap the loads of x.
+  P gs[K], ss[K], hs[K];
+  int64_t cached_b = -1;
+  for (int64_t row = first; row < last; ++row) {
+    const int64_t b = row / a.tokens;
+    const T* x = static_cast<const T*>(a.x) + row * a.hidden;
+    RowBuffer<T, K, kResidual> buf;
+    P xs[K], ys[K];
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int p = lane + k * kWarp;
       if (p < packets) {
-        xs[k] = load_packet(x + p * N);
-        ys[k] = load_packet(y + p * N);
-        gs[k] = load_packet_ro(g + p * N);
+        if constexpr (kResidual) {
+          xs[k] = load_packet(x + p * N);
+          ys[k] = load_packet(static_cast<const T*>(a.y) + row * a.hidden + p * N);
+        } else {
+          buf.raw[k] = load_packet(x + p * N);
+        }
       }
     }
+    if (b != cached_b) {
+      const T* g = static_cast<const T*>(a.gate) + b * a.gate_stride;
+      const T* sc = static_cast<const T*>(a.scale) + b * a.scale_stride;
+      const T* sh = static_cast<const T*>(a.shift) + b * a.shift_stride;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int p = lane + k * kWarp;
+        if (p < packets) {
+          if constexpr (kResidual) gs[k] = load_packet_ro(g + p * N);
+          ss[k] = load_packet_ro(sc + p * N);
+          hs[k] = load_packet_ro(sh + p * N);
+        }
+      }
+      cached_b = b;
+    }
+    float sum = 0.f;
+    if constexpr (kResidual) {
+      T* xo = static_cast<T*>(a.x_out) + row * a.hidden;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int p = lane + k * kWarp;
+        if (p < packets) {
+          P o;
+#pragma unroll
+          for (int i = 0; i < N; ++i) {
+            const float r = to_float(xs[k].v[i]) + to_float(gs[k].v[i]) * to_float(ys[k].v[i]);
+            buf.val[k][i] = r;
+            o.v[i] = from_float<T>(r);
+            sum += r;
+          }
+          store_packet(xo + p * N, o);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int p = lane + k * kWarp;
+        if (p < packets) {
+#pragma unroll
+          for (int i = 0; i < N; ++i) sum += buf.at(k, i);
+        }
+      }
+    }
+    const float mean = warp_sum(sum) * inv_h;
+    float sq = 0.f;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int p = lane + k * kWarp;
+      if (p < packets) {
+#pragma unroll
+        for (int i = 0; i < N; ++i) {
+          const float d = buf.at(k, i) - mean;
+          sq += d * d;
+        }
+      }
+    }
+    const float rstd = rsqrtf(warp_sum(sq) * inv_h + a.eps);
+    T* out = static_cast<T*>(a.out) + row * a.hidden;
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int p = lane + k * kWarp;
@@ -74,61 +138,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
         P o;
 #pragma unroll
         for (int i = 0; i < N; ++i) {
-          const float r = to_float(xs[k].v[i]) + to_float(gs[k].v[i]) * to_float(ys[k].v[i]);
-          buf.val[k][i] = r;
-          o.v[i] = from_float<T>(r);
-          sum += r;
+          const float m = rstd * (1.f + to_float(ss[k].v[i]));
+          o.v[i] = from_float<T>((buf.at(k, i) - mean) * m + to_float(hs[k].v[i]));
         }
-        store_packet(xo + p * N, o);
+        store_packet(out + p * N, o);
       }
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int p = lane + k * kWarp;
-      if (p < packets) buf.raw[k] = load_packet(x + p * N);
-    }
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int p = lane + k * kWarp;
-      if (p < packets) {
-#pragma unroll
-        for (int i = 0; i < N; ++i) sum += buf.at(k, i);
-      }
-    }
-  }
-  const float inv_h = 1.f / static_cast<float>(a.hidden);
-  const float mean = warp_sum(sum) * inv_h;
-  float sq = 0.f;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int p = lane + k * kWarp;
-    if (p < packets) {
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const float d = buf.at(k, i) - mean;
-        sq += d * d;
-      }
-    }
-  }
-  const float rstd = rsqrtf(warp_sum(sq) * inv_h + a.eps);
-
-  const T* sc = static_cast<const T*>(a.scale) + b * a.scale_stride;
-  const T* sh = static_cast<const T*>(a.shift) + b * a.shift_stride;
-  T* out = static_cast<T*>(a.out) + row * a.hidden;
-#pragma unroll
-  for (int k = 0; k < K; ++k) {
-    const int p = lane + k * kWarp;
-    if (p < packets) {
-      const P s = load_packet_ro(sc + p * N);
-      const P h = load_packet_ro(sh + p * N);
-      P o;
-#pragma unroll
-      for (int i = 0; i < N; ++i) {
-        const float m = rstd * (1.f + to_float(s.v[i]));
-        o.v[i] = from_float<T>((buf.at(k, i) - mean) * m + to_float(h.v[i]));
-      }
-      store_packet(out + p * N, o);
     }
   }
 }
@@ -168,9 +182,26 @@ __global__ void __launch_bounds__(kFallbackThreads) adaln_block_kernel(AdalnArgs
   }
 }
 
+// Multiprocessors of the current device (cached per device): sizes the rows each warp walks.
+inline int sm_count() {
+  static int cache[64] = {0};
+  int device = 0;
+  if (cudaGetDevice(&device) != cudaSuccess || device < 0 || device >= 64) return 132;
+  if (cache[device] == 0) {
+    int sms = 0;
+    cache[device] = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device) == cudaSuccess && sms > 0 ? sms : 132;
+  }
+  return cache[device];
+}
+
 template <typename T, int K, bool kResidual>
-cudaError_t launch_warp(const AdalnArgs& a, cudaStream_t stream) {
-  const int64_t blocks = (a.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
+cudaError_t launch_warp(AdalnArgs a, cudaStream_t stream) {
+  // enough warps for ~32 per multiprocessor, then up to 16 consecutive rows per warp
+  const int64_t target_warps = static_cast<int64_t>(sm_count()) * 32;
+  int64_t per_warp = a.rows / target_warps;
+  a.rows_per_warp = per_warp < 1 ? 1 : (per_warp > 16 ? 16 : per_warp);
+  const int64_t warps = (a.rows + a.rows_per_warp - 1) / a.rows_per_warp;
+  const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
   adaln_warp_kernel<T, K, kResidual><<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(a);
   return cudaGetLastError();
 }
@@ -213,7 +244,7 @@ DITGATE_API int ditgate_layernorm_modulate(const void* x, const void* scale, int
                                            int64_t shift_stride, void* out, int64_t batch, int64_t tokens,
                                            int64_t hidden, float eps, void* stream) {
   ditgate::AdalnArgs a{x, nullptr, nullptr, scale, shift, nullptr, out, 0, scale_stride, shift_stride,
-                       batch * tokens, tokens, hidden, eps};
+                       batch * tokens, tokens, hidden, eps, 1};
   return static_cast<int>(ditgate::launch_adaln<ditgate_t, false>(a, static_cast<cudaStream_t>(stream)));
 }
 
@@ -223,6 +254,6 @@ DITGATE_API int ditgate_gated_residual_layernorm_modulate(const void* x, const v
                                                           void* out, int64_t batch, int64_t tokens, int64_t hidden,
                                                           float eps, void* stream) {
   ditgate::AdalnArgs a{x, y, gate, scale, shift, x_out, out, gate_stride, scale_stride, shift_stride,
-                       batch * tokens, tokens, hidden, eps};
+                       batch * tokens, tokens, hidden, eps, 1};
   return static_cast<int>(ditgate::launch_adaln<ditgate_t, true>(a, static_cast<cudaStream_t>(stream)));
 }
