@@ -49,13 +49,19 @@ class SampleResult:
     timesteps: list[int]
     info: dict[str, Any] = field(default_factory=dict)
 
-    def tensors(self) -> dict[str, "torch.Tensor"]:
-        """Flat name -> tensor dict (``latents``, ``step{s}.latents``, ``images``, ``block{i}.step{s}``)."""
+    def tensors(self, *, activation_images: int | None = None, activation_tokens: int | None = None
+                ) -> dict[str, "torch.Tensor"]:
+        """Flat name -> tensor dict (``latents``, ``step{s}.latents``, ``images``, ``block{i}.step{s}``).
+
+        ``activation_images`` / ``activation_tokens`` keep only the first images / tokens of each
+        activation (XL/2 activations are 1.2 MB per image and block in float32: goldens stay small).
+        """
         out: dict[str, Any] = {"latents": self.latents}
         out.update({f"step{s}.latents": t for s, t in sorted(self.step_latents.items())})
         if self.images is not None:
             out["images"] = self.images
-        out.update(self.activations)
+        for name, act in sorted(self.activations.items()):
+            out[name] = act[:activation_images, :activation_tokens].contiguous()
         return out
 
 
