@@ -34,6 +34,7 @@ DEFAULT_CONFIGS = (
     "cuda_graphs=1,gelu_epilogue=1",
     "cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
     "cuda_graphs=1,gelu_epilogue=1,adaln=kernels",
+    "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn",
     "compile=blocks,cuda_graphs=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
@@ -335,7 +336,7 @@ def main() -> int:
     parser.add_argument("--compile-mode", default="default", help="torch.compile mode of the diffusers recipe")
     parser.add_argument("--no-diffusers-compile", action="store_true", help="skip the diffusers compile recipe")
     parser.add_argument("--sampling", action="store_true", help="also time 50-step sampling + VAE decode")
-    parser.add_argument("--sampling-config", default="compile=blocks,cuda_graphs=1,gelu_epilogue=1")
+    parser.add_argument("--sampling-config", default="compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--sampling-reps", type=int, default=3)
     args = parser.parse_args()

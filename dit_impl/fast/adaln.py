@@ -16,8 +16,9 @@ if TYPE_CHECKING:
 
 #: names the kernels package may give each op, first found wins
 _KERNEL_NAMES = {
-    "norm_modulate": ("layernorm_modulate", "ln_modulate", "adaln_modulate", "norm_modulate"),
-    "gated_residual": ("gated_residual", "gated_add"),
+    "norm_modulate": ("layernorm_modulate",),
+    "gated_residual": ("gated_residual",),
+    "residual_norm_modulate": ("gated_residual_layernorm_modulate",),
 }
 
 
@@ -33,12 +34,21 @@ def gated_residual(x: "torch.Tensor", gate: "torch.Tensor", y: "torch.Tensor") -
     return gate[:, None] * y + x
 
 
+def residual_norm_modulate(x: "torch.Tensor", gate: "torch.Tensor", y: "torch.Tensor", shift: "torch.Tensor",
+                           scale: "torch.Tensor", eps: float) -> tuple["torch.Tensor", "torch.Tensor"]:
+    """``x_new = gated_residual(x, gate, y)`` and ``norm_modulate(x_new, ...)``: the attention-to-MLP seam."""
+    module = importlib.import_module(__name__)
+    x_new = module.gated_residual(x, gate, y)
+    return x_new, module.norm_modulate(x_new, shift, scale, eps)
+
+
 @dataclass(frozen=True)
 class AdalnOps:
     """The chosen implementation and the reason it was chosen (reported by the model)."""
 
-    norm_modulate: Callable[..., Any]
-    gated_residual: Callable[..., Any]
+    norm_modulate: Callable[..., Any]  # (x, shift, scale, eps) -> out
+    gated_residual: Callable[..., Any]  # (x, gate, y) -> x_new
+    residual_norm_modulate: Callable[..., Any]  # (x, gate, y, shift, scale, eps) -> (x_new, out)
     impl: str  # "torch" or "kernels"
     reason: str
 
@@ -46,7 +56,8 @@ class AdalnOps:
 def torch_ops(reason: str) -> AdalnOps:
     # looked up through the module at call time so a test can replace one op (a deliberate fault)
     module = importlib.import_module(__name__)
-    return AdalnOps(lambda *a: module.norm_modulate(*a), lambda *a: module.gated_residual(*a), "torch", reason)
+    return AdalnOps(lambda *a: module.norm_modulate(*a), lambda *a: module.gated_residual(*a),
+                    lambda *a: module.residual_norm_modulate(*a), "torch", reason)
 
 
 def _find(package: Any, op: str) -> Callable[..., Any] | None:
@@ -74,7 +85,8 @@ def resolve_ops(mode: str, device_type: str, compiled: bool) -> AdalnOps:
     if missing:
         wanted = "; ".join(f"{op}: one of {', '.join(_KERNEL_NAMES[op])}" for op in missing)
         return torch_ops(f"kernels package lacks {wanted}")
-    nm, gr = found["norm_modulate"], found["gated_residual"]
-    return AdalnOps(lambda x, shift, scale, eps: nm(x, shift=shift, scale=scale, eps=eps),
-                    lambda x, gate, y: gr(x=x, gate=gate, y=y), "kernels",
-                    f"kernels.{nm.__name__} + kernels.{gr.__name__}")
+    nm, gr, fused = found["norm_modulate"], found["gated_residual"], found["residual_norm_modulate"]
+    return AdalnOps(lambda x, shift, scale, eps: nm(x, scale=scale, shift=shift, eps=eps),
+                    lambda x, gate, y: gr(x, gate, y),
+                    lambda x, gate, y, shift, scale, eps: fused(x, gate, y, scale=scale, shift=shift, eps=eps),
+                    "kernels", f"kernels.{nm.__name__}, {fused.__name__}, {gr.__name__}")

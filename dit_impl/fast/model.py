@@ -158,8 +158,7 @@ class FastBlock(nn.Module):
     def forward(self, x: torch.Tensor, mod: torch.Tensor) -> torch.Tensor:
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = mod.chunk(6, dim=1)
         h = self.ops.norm_modulate(x, shift_msa, scale_msa, EPS_ATTN)
-        x = self.ops.gated_residual(x, gate_msa, self.attention(h))
-        h = self.ops.norm_modulate(x, shift_mlp, scale_mlp, EPS_MLP)
+        x, h = self.ops.residual_norm_modulate(x, gate_msa, self.attention(h), shift_mlp, scale_mlp, EPS_MLP)
         return self.ops.gated_residual(x, gate_mlp, self.mlp(h))
 
 
@@ -235,7 +234,8 @@ class FastDiT(nn.Module):
         timestep = torch.as_tensor(timestep, device=hidden_states.device).reshape(-1).expand(batch)
         p, grid = self.shape.patch_size, hidden_states.shape[-1] // self.shape.patch_size
         x = self.patch(hidden_states).flatten(2).transpose(1, 2)
-        x = (x + self.pos_embed).to(x.dtype)
+        # token-major contiguous residual stream (the conv leaves it channel-major): fused kernels need it
+        x = (x + self.pos_embed).to(x.dtype).contiguous()
         if not torch.compiler.is_compiling():
             self._probe_attention(batch, x.shape[1])
         emb, mod = self.cond(timestep, class_labels)

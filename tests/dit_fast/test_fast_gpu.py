@@ -28,6 +28,7 @@ GPU_SWITCHES = [
     "fused_qkv=0,batched_conditioning=0",
     "gelu_epilogue=1",
     "adaln=kernels",
+    "adaln=kernels,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
     "cuda_graphs=1",
     "compile=blocks",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
@@ -80,6 +81,8 @@ def test_switch_matches_diffusers_within_bf16_error(switches, xl_blocks) -> None
     assert error < max(2 * baseline_error, 2e-3), f"{switches}: rel-L2 {error:.2e} vs diffusers bf16 {baseline_error:.2e}"
     assert rel_l2(first, out) < 1e-6  # replay/compile give the same answer twice
     report = model.report()
+    if options.adaln == "kernels":
+        assert report["adaln"]["impl"] == "kernels", report["adaln"]
     if options.sdpa != "auto":
         assert all(e["ran"] == options.sdpa for e in report["sdpa"]["shapes"].values()), report["sdpa"]
 
