@@ -155,7 +155,7 @@ class Bench:
             entry = {"name": name, **fn()}
         except Exception as exc:  # noqa: BLE001 - one failing case must not lose the others
             entry = {"name": name, "status": "error", "error": f"{type(exc).__name__}: {exc}",
-                     "traceback": traceback.format_exc(limit=6)}
+                     "traceback": _scrub(traceback.format_exc(limit=6))}
         entry["case_seconds"] = round(time.perf_counter() - start, 2)
         self.results.append(entry)
         print(f"[dit_bench]   -> {entry.get('status')} {entry.get('timing', {}).get('median_ms')} "
@@ -303,6 +303,29 @@ class Bench:
         return out
 
 
+def _scrub(text: str) -> str:
+    """Tracebacks without machine paths: repository-relative, site-packages-relative."""
+    import re
+
+    text = text.replace(str(ROOT) + "/", "")
+    return re.sub(r'"[^"]*/site-packages/', '"site-packages/', text)
+
+
+def _public_argv(argv: list[str]) -> list[str]:
+    """The command line without the output folder (a path of the machine that ran it)."""
+    out, skip = [], False
+    for arg in argv:
+        if skip:
+            out.append("<out>")
+            skip = False
+        elif arg == "--out":
+            out.append(arg)
+            skip = True
+        else:
+            out.append("--out=<out>" if arg.startswith("--out=") else arg)
+    return out
+
+
 def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
     lines = [f"{'case':58s} {'status':7s} {'median ms':>10s} {'vs eager':>8s} {'rel-L2':>9s} {'setup s':>8s} {'peak MB':>8s}"]
     for r in results:
@@ -360,7 +383,7 @@ def main() -> int:
             f"{args.seed})", "dtype": "bfloat16", "shapes": bench.shapes, "provenance": provenance(),
             "reference": "diffusers DiTTransformer2DModel float32, TF32 off, same inputs",
             "diffusers_bf16_rel_l2": bench.diffusers_bf16_error, "check_bound": bench.bound,
-            "results": bench.results, "wall_seconds": round(time.time() - started, 1), "argv": sys.argv[1:]}
+            "results": bench.results, "wall_seconds": round(time.time() - started, 1), "argv": _public_argv(sys.argv[1:])}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     arch = data["provenance"].get("device", {}).get("arch", "gpu")
