@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -123,7 +124,7 @@ def build_lpips(setting: str | None) -> "torch.nn.Module":
             raise BadWeights(f"{backbone_path} is not a torchvision AlexNet state dict (no {source!r})")
         trunk[name] = backbone[source]
     linear = _load_tensors(linear_path)
-    lin_names = [name for name in model.state_dict() if name.startswith("lin")]
+    lin_names = [name for name in model.state_dict() if re.match(r"lin\d+\.", name)]  # not the "lins." aliases
     missing = [name for name in lin_names if name not in linear]
     if missing:
         raise BadWeights(f"{linear_path} lacks LPIPS linear layers {missing[:3]}")

@@ -34,7 +34,18 @@ def table_lines(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"  {record['transition']:<{width}} {record['nodeid']} [{record['case']}] "
                      f"{record['experiment_class']}/{record['dtype']} {verdict}: {first}")
         lines += [f"      image: {path}" for path in record.get("images", [])[:3]]
-    return lines
+    return lines + skipped_lines(records)
+
+
+def skipped_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Each distinct reason a metric was skipped, once, with how many cases it hit."""
+    seen: dict[tuple[str, str], int] = {}
+    for record in records:
+        for name, why in record.get("skipped", {}).items():
+            if not why.startswith("not applicable"):
+                metric = name.rsplit(".", 1)[-1]
+                seen[(metric, why)] = seen.get((metric, why), 0) + 1
+    return [f"skipped {metric} in {count} case(s): {why}" for (metric, why), count in sorted(seen.items())]
 
 
 def summary_json(records: list[dict[str, Any]]) -> dict[str, Any]:
