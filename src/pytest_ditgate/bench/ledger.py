@@ -1,0 +1,63 @@
+"""The benchmark ledger: one JSON line per measurement or comparison under ``<artefact_dir>/bench.jsonl``.
+
+Appends go through ``fsutil.append_jsonl`` (file lock, one ``write`` per line), so pytest-xdist workers
+never tear or lose each other's lines. A recorded best is a *ratio* to a reference measured in the same
+run, kept per (test, arch, lane) and only looked up under the same driver and torch.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from pytest_ditgate.bench.compare import Comparison
+from pytest_ditgate.bench.measurement import Measurement
+from pytest_ditgate.fsutil import append_jsonl, read_jsonl
+
+LEDGER_FILE = "bench.jsonl"
+SCHEMA = 1
+
+
+def _worker() -> str | None:
+    return os.environ.get("PYTEST_XDIST_WORKER")
+
+
+class Ledger:
+    """Append-only JSONL store of measurements and comparisons."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+
+    def append(self, record: dict[str, Any]) -> dict[str, Any]:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        append_jsonl(self.path, record)
+        return record
+
+    def record_measurement(self, m: Measurement, *, test: str, lane: str) -> dict[str, Any]:
+        return self.append({"kind": "measurement", "schema": SCHEMA, "test": test, "lane": lane,
+                            "worker": _worker(), "arch": m.arch, "driver": m.driver, "torch": m.torch,
+                            "measurement": m.to_dict()})
+
+    def record_comparison(self, c: Comparison, *, test: str, lane: str, min_speedup: float | None = None,
+                          passed: bool | None = None) -> dict[str, Any]:
+        return self.append({"kind": "comparison", "schema": SCHEMA, "test": test, "lane": lane,
+                            "worker": _worker(), "arch": c.a.arch, "driver": c.a.driver, "torch": c.a.torch,
+                            "mechanism": c.a.mechanism, "ratio": c.ratio, "ci_low": c.ci_low,
+                            "ci_high": c.ci_high, "confidence": c.confidence, "method": c.method,
+                            "min_speedup": min_speedup, "passed": passed, "comparison": c.to_dict()})
+
+    def read(self) -> tuple[list[dict[str, Any]], list[int]]:
+        """All records and the line numbers that did not parse."""
+        return read_jsonl(self.path)
+
+    def best(self, *, test: str, arch: str, lane: str, driver: str | None, torch: str | None) -> dict[str, Any] | None:
+        """The passed comparison with the lowest ratio for (test, arch, lane) under the same driver and torch.
+
+        Records from another arch, driver or torch are never returned: their ratios are not comparable.
+        """
+        records, _ = self.read()
+        matching = [r for r in records if r.get("kind") == "comparison" and r.get("test") == test
+                    and r.get("arch") == arch and r.get("lane") == lane and r.get("driver") == driver
+                    and r.get("torch") == torch and r.get("passed") is not False]
+        return min(matching, key=lambda r: float(r["ratio"]), default=None)

@@ -1,0 +1,174 @@
+"""The timing concern as a pytest plugin: the ``ditbench`` fixture, its options, the ledger, the terminal
+summary and the bridge to pytest-benchmark.
+
+Summary rows ride on each test's call report (``report.ditgate_bench``), so the xdist controller sees
+the workers' measurements without reading files. Loading this module imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import pytest
+
+from pytest_ditgate.bench.l2 import L2_MODES
+from pytest_ditgate.bench.ledger import LEDGER_FILE
+from pytest_ditgate.bench.measurement import MECHANISMS
+from pytest_ditgate.context import get_context
+from pytest_ditgate.keys import kernel_checks_key
+from pytest_ditgate.options import OptionSpec, get_option
+
+
+def _positive_float(text: str) -> float:
+    value = float(text)
+    if value <= 0:
+        raise ValueError("must be > 0")
+    return value
+
+
+LANE = OptionSpec("--ditgate-bench-lane", "lane under which ditbench records bests (default: default)",
+                  default="default")
+MECHANISM = OptionSpec("--ditgate-bench-mechanism", "timing mechanism for ditbench (default: auto)",
+                       default="auto", choices=("auto", *MECHANISMS))
+BUDGET = OptionSpec("--ditgate-bench-budget-ms", "sampling time per ditbench measurement in ms (default 100)",
+                    parse=_positive_float)
+L2 = OptionSpec("--ditgate-bench-l2", "L2 state for ditbench measurements: warm or cold (default warm)",
+                default="warm", choices=L2_MODES)
+OPTIONS = (LANE, MECHANISM, BUDGET, L2)
+
+
+#: per test item: summary rows of the measurements taken in it (moved onto the call report)
+rows_key = pytest.StashKey["list[dict[str, Any]]"]()
+
+
+reporter_key = pytest.StashKey["BenchReporter"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    reporter = BenchReporter(config)
+    config.stash[reporter_key] = reporter
+    config.pluginmanager.register(reporter, "ditgate-bench-reporter")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    reporter = config.stash.get(reporter_key, None)
+    if reporter is not None and config.pluginmanager.is_registered(reporter):
+        config.pluginmanager.unregister(reporter)
+
+
+def _warn_io(node: pytest.Item, what: str, exc: OSError) -> None:
+    node.warn(pytest.PytestWarning(f"ditgate: could not write {what}: {exc}"))
+
+
+def _benchmark_feeder(request: pytest.FixtureRequest) -> Callable[[Any], None] | None:
+    """A callback that hands one Measurement to pytest-benchmark, or None when it is not in play."""
+    config = request.config
+    if not config.pluginmanager.has_plugin("pytest_benchmark.plugin") and not config.pluginmanager.has_plugin("benchmark"):
+        return None
+    if config.getoption("benchmark_skip", default=False) or config.getoption("benchmark_disable", default=False):
+        return None
+    if "benchmark" in request.fixturenames:  # the test drives pytest-benchmark itself
+        return None
+
+    def feed(m: Any) -> None:
+        from pytest_ditgate.bench.pytest_benchmark_bridge import feed_measurement
+
+        feed_measurement(request, m)
+
+    return feed
+
+
+@pytest.fixture
+def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
+    """Measure with true device time and record: ``ditbench(fn, *args, **opts) -> Measurement``;
+    ``ditbench.pair(candidate, reference, *args, min_speedup=0.05)`` gates a speed claim."""
+    from pytest_ditgate.bench.fixture import DitBench
+    from pytest_ditgate.bench.ledger import Ledger
+    from pytest_ditgate.bench.report import comparison_row, measurement_row
+
+    config = request.config
+    context = get_context(config)
+    ledger = Ledger(context.artefact_dir / LEDGER_FILE)
+    lane = str(get_option(config, LANE))
+    node = request.node
+    test = node.nodeid
+    rows = node.stash.setdefault(rows_key, [])
+
+    def record_measurement(m: Any) -> None:
+        rows.append(measurement_row(test, m))
+        try:
+            ledger.record_measurement(m, test=test, lane=lane)
+        except OSError as exc:
+            _warn_io(node, LEDGER_FILE, exc)
+
+    def record_comparison(c: Any, min_speedup: float, passed: bool) -> None:
+        rows.append(comparison_row(test, c, min_speedup, passed))
+        try:
+            ledger.record_comparison(c, test=test, lane=lane, min_speedup=min_speedup, passed=passed)
+        except OSError as exc:
+            _warn_io(node, LEDGER_FILE, exc)
+
+    def best(m: Any) -> dict[str, Any] | None:
+        return ledger.best(test=test, arch=m.arch, lane=lane, driver=m.driver, torch=m.torch)
+
+    defaults: dict[str, Any] = {"mechanism": get_option(config, MECHANISM), "l2": get_option(config, L2)}
+    budget = get_option(config, BUDGET)
+    if budget is not None:
+        defaults["budget_ms"] = budget
+    yield DitBench(
+        test=test,
+        lane=lane,
+        record_measurement=record_measurement,
+        record_comparison=record_comparison,
+        checks=lambda: list(node.stash.get(kernel_checks_key, [])),
+        best=best,
+        feed=_benchmark_feeder(request),
+        defaults=defaults,
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Put the item's summary rows on its call report (plain dicts: serialised to the xdist controller)."""
+    report = yield
+    if call.when == "call":
+        rows = item.stash.get(rows_key, None)
+        if rows:
+            report.ditgate_bench = list(rows)
+    return report
+
+
+class BenchReporter:
+    """Per-config collector: gathers rows from call reports (workers' too) and prints the summary."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        self.rows: list[dict[str, Any]] = []
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        rows = getattr(report, "ditgate_bench", None)
+        if rows and report.when == "call":
+            self.rows.extend(rows)
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        from pytest_ditgate.bench.report import summary_lines
+
+        lines = summary_lines(self.rows)
+        if not lines:
+            return
+        terminalreporter.write_sep("=", "ditgate benchmarks")
+        for line in lines:
+            terminalreporter.write_line(line)
+        ledger = get_context(self.config).artefact_dir / LEDGER_FILE
+        terminalreporter.write_line(f"ledger: {ledger}")
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_benchmark_update_machine_info(self, config: pytest.Config, machine_info: dict[str, Any]) -> None:
+        """GPU provenance next to pytest-benchmark's CPU fields (only when something was measured on a GPU)."""
+        gpu = next((r for r in self.rows if r.get("kind") == "measurement" and r.get("arch") != "cpu"), None)
+        if gpu is not None:
+            from pytest_ditgate.device import real_device
+
+            device = real_device()
+            machine_info["ditgate_gpu"] = {"name": device.name, "arch": device.arch, "driver": device.driver,
+                                           "cuda": device.cuda_runtime, "torch": device.torch}

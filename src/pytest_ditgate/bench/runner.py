@@ -1,0 +1,335 @@
+"""``measure`` and ``measure_pair``: plan a measurement, pick the mechanism, collect samples and provenance.
+
+``mechanism="auto"`` tries cupti, graph, events, wall in that order (most faithful first) and keeps the
+first that works; every other mechanism gets a note saying why it was not used.
+``measure_pair`` times two functions interleaved (A B, B A, A B, ...) with one mechanism so that clock
+and thermal drift hit both alike, then compares them round by round.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+from pytest_ditgate.bench import l2 as l2mod
+from pytest_ditgate.bench import timers
+from pytest_ditgate.bench.compare import Comparison, compare
+from pytest_ditgate.bench.measurement import MECHANISMS, REGIMES, Measurement
+from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError
+from pytest_ditgate.errors import DitgateUsageError, GateFailure
+
+AUTO_ORDER = MECHANISMS  # ("cupti", "graph", "events", "wall"): most faithful first
+DEFAULT_BUDGET_MS = 100.0
+WARMUP_MS = 25.0
+MIN_WARMUP, MAX_WARMUP = 3, 1000
+MIN_REPS, MAX_REPS = 10, 1000
+GRAPH_MIN_REPS, GRAPH_MAX_REPS = 10, 200
+
+DESCRIPTIONS = {
+    "cupti": "kernel activity from the CUDA profiler: time the device was busy with each call (union of its "
+             "kernel, memcpy and memset intervals), no host launch overhead",
+    "graph": "calls captured in one CUDA graph, each replay timed with CUDA events and divided by the count: "
+             "back-to-back kernels, no launch overhead",
+    "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
+              "few microseconds read several times too slow",
+    "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
+}
+#: a cupti span this much longer than the busy time is reported as launch-bound
+IDLE_WARNING = 0.10
+DEFAULT_REGIME = {"cupti": "spaced", "graph": "sustained", "events": "spaced", "wall": "spaced"}
+
+
+def tampered_timers() -> list[str]:
+    """Timing functions someone replaced or wrapped (via ``pytest_ditgate.timer_integrity``)."""
+    try:
+        from pytest_ditgate.timer_integrity import tampered_timers as check
+    except ImportError:  # pragma: no cover - the module ships with the package
+        return []
+    return list(check())
+
+
+def refuse_tampered_timers() -> None:
+    found = tampered_timers()
+    if found:
+        raise GateFailure("timer_tampered", f"refusing to time: these timing functions were replaced or wrapped: "
+                          f"{', '.join(found)}")
+
+
+@dataclass(frozen=True)
+class Options:
+    """The validated knobs of one measurement."""
+
+    mechanism: str = "auto"
+    warmup: int | None = None
+    reps: int | None = None
+    budget_ms: float | None = None
+    l2: str = "warm"
+    regime: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mechanism != "auto" and self.mechanism not in MECHANISMS:
+            raise DitgateUsageError(f"mechanism={self.mechanism!r}: choose auto or one of {', '.join(MECHANISMS)}")
+        l2mod.check_mode(self.l2)
+        if self.regime is not None and self.regime not in REGIMES:
+            raise DitgateUsageError(f"regime={self.regime!r}: choose from {', '.join(REGIMES)}")
+        if self.warmup is not None and self.warmup < 0:
+            raise DitgateUsageError("warmup must be >= 0")
+        if self.reps is not None and self.reps < 2:
+            raise DitgateUsageError("reps must be >= 2 (statistics need at least two samples)")
+        if self.budget_ms is not None and self.budget_ms <= 0:
+            raise DitgateUsageError("budget_ms must be > 0")
+
+    def regime_for(self, mechanism: str) -> str:
+        natural = DEFAULT_REGIME[mechanism]
+        if self.regime is None or self.regime == natural:
+            return natural
+        if mechanism == "cupti":
+            return self.regime
+        raise TimingError(f"{mechanism} measures the {natural} regime only, {self.regime} was asked for")
+
+
+def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float]]:
+    """Run each call ``warmup`` times (default: about WARMUP_MS); returns the count and a host-clock estimate
+    of each call's time (an upper bound: it includes launch and sync latency)."""
+    estimates = []
+    count = 0
+    for call in calls:
+        done, elapsed, best = 0, 0.0, math.inf
+        while True:
+            if warmup is not None and done >= warmup:
+                break
+            if warmup is None and done >= MIN_WARMUP and (elapsed >= WARMUP_MS or done >= MAX_WARMUP):
+                break
+            start = time.perf_counter()
+            call()
+            timers.synchronize()
+            took = (time.perf_counter() - start) * 1e3
+            elapsed += took
+            best = min(best, took)
+            done += 1
+        if done == 0:  # warmup=0: still need one estimate
+            start = time.perf_counter()
+            call()
+            timers.synchronize()
+            best = (time.perf_counter() - start) * 1e3
+        estimates.append(best)
+        count = done
+    return count, estimates
+
+
+def _rep_count(options: Options, per_sample_ms: float, low: int, high: int) -> int:
+    if options.reps is not None:
+        return options.reps
+    budget = options.budget_ms if options.budget_ms is not None else DEFAULT_BUDGET_MS
+    return int(max(low, min(high, budget / max(per_sample_ms, 1e-6))))
+
+
+def _schedule(n_calls: int, rounds: int) -> list[int]:
+    """``rounds`` rounds; with two calls the order alternates A B, B A so neither always goes first."""
+    if n_calls == 1:
+        return [0] * rounds
+    order: list[int] = []
+    for r in range(rounds):
+        order.extend(range(n_calls) if r % 2 == 0 else reversed(range(n_calls)))
+    return order
+
+
+def _rotations(call: Call, l2_bytes: int | None) -> list[Call]:
+    import torch
+
+    payload = (call.args, call.kwargs)
+    arg_bytes = l2mod.tensor_bytes(payload)
+    try:
+        free, _ = torch.cuda.mem_get_info()
+    except Exception:
+        free = None
+    try:
+        copies = l2mod.rotation_count(arg_bytes, l2_bytes, free)
+    except ValueError as exc:
+        raise TimingError(f"cold L2 in a graph needs rotated inputs: {exc}") from None
+    variants = [call]
+    for _ in range(copies - 1):
+        args, kwargs = l2mod.clone_tensors(payload)
+        variants.append(Call(call.fn, args, kwargs))
+    return variants
+
+
+@dataclass
+class _Run:
+    mechanism: str
+    regime: str
+    samples: list[list[float]]
+    calls_per_sample: list[int]
+    note: str
+    extras: list[dict[str, Any]]
+
+
+def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, estimates: Sequence[float],
+                   device: Any) -> _Run:
+    regime = options.regime_for(mechanism)
+    cold = options.l2 == "cold"
+    flush = None
+    if cold and mechanism != "graph":
+        if not device.is_cuda:
+            raise TimingError("cold L2 needs a CUDA device")
+        flush = l2mod.L2Flusher(device.l2_bytes, "cuda")
+    per_call = max(estimates)
+    if mechanism == "graph":
+        variant_sets = [_rotations(c, device.l2_bytes) if cold else [c] for c in calls]
+        graphs = timers.capture_graphs(variant_sets)
+        replay_ms = sum(g.count * g.time_replay() for g in graphs)
+        rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
+        samples = timers.time_graphs(graphs, _schedule(len(calls), rounds))
+        counts = [g.count for g in graphs]
+        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay"
+        extra = {"calls_per_replay": counts[0]}
+        if cold:
+            note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
+                     f"{l2mod.L2_FACTOR}x L2")
+            extra["rotated_copies"] = len(variant_sets[0])
+        return _Run(mechanism, regime, samples, counts, note, [dict(extra) for _ in calls])
+    rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
+    order = _schedule(len(calls), rounds)
+    extras: list[dict[str, Any]] = [{} for _ in calls]
+    if mechanism == "cupti":
+        samples = timers.time_cupti(calls, order, flush=flush, regime=regime)
+        for extra, busy, spans in zip(extras, samples, samples.spans):
+            span = statistics.median(spans)
+            extra.update(span_median_ms=span, idle_fraction=max(0.0, 1.0 - statistics.median(busy) / span))
+    elif mechanism == "events":
+        samples = timers.time_events(calls, order, flush=flush)
+    else:
+        samples = timers.time_wall(calls, order, flush=flush)
+    note = DESCRIPTIONS[mechanism] + ("; L2 flushed before each call" if cold else "")
+    idle = max((e.get("idle_fraction", 0.0) for e in extras), default=0.0)
+    if idle > IDLE_WARNING:
+        note += (f"; launch-bound: the device sat idle {idle:.0%} of the call's span waiting for the host "
+                 "(span in extra.span_median_ms)")
+    return _Run(mechanism, regime, list(samples), [1] * len(calls), note, extras)
+
+
+def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
+    """Warm up, then time with the requested mechanism or the first that works; returns the run, the notes
+    per mechanism, the warm-up count, the device and the NVML snapshots (start, end)."""
+    from pytest_ditgate.bench import nvml
+    from pytest_ditgate.device import real_device
+
+    refuse_tampered_timers()
+    on_gpu = timers.cuda_in_use()
+    device = real_device() if on_gpu else _host_device()
+    if options.l2 == "cold" and not on_gpu:
+        raise DitgateUsageError("l2='cold' needs a CUDA device; this call runs on the host")
+    warmup, estimates = _warm_up(calls, options.warmup)
+    notes: dict[str, str] = {}
+    wanted = AUTO_ORDER if options.mechanism == "auto" else (options.mechanism,)
+    clocks_start = nvml.snapshot(device.index, device.uuid) if on_gpu else None
+    run = None
+    host_only = False
+    for mechanism in wanted:
+        if run is not None:
+            notes[mechanism] = f"not used: {run.mechanism} worked and is more faithful"
+            continue
+        if mechanism != "wall" and not on_gpu:
+            notes[mechanism] = "not available: no CUDA device in use (torch with CUDA not imported or no GPU)"
+            continue
+        if mechanism != "wall" and host_only:
+            notes[mechanism] = "not used: the call launches no device work"
+            continue
+        try:
+            run = _run_mechanism(mechanism, calls, options, estimates, device)
+        except HostOnlyError as exc:
+            host_only = True
+            notes[mechanism] = f"failed: {exc}"
+        except TimingError as exc:
+            notes[mechanism] = f"failed: {exc}"
+        else:
+            reason = "requested" if options.mechanism != "auto" else "auto: most faithful mechanism that worked"
+            notes[mechanism] = f"chosen ({reason}): {run.note}"
+    if run is None:
+        detail = "; ".join(f"{k}: {v}" for k, v in notes.items())
+        raise DitgateUsageError(f"no timing mechanism could measure this call ({detail})")
+    clocks_end = nvml.snapshot(device.index, device.uuid) if on_gpu else None
+    return run, notes, warmup, device, [clocks_start, clocks_end]
+
+
+def _host_device() -> Any:
+    from pytest_ditgate.device import DeviceInfo
+
+    import sys
+
+    torch = sys.modules.get("torch")
+    return DeviceInfo(name="cpu", arch="cpu", torch=getattr(torch, "__version__", None), cpu_reason="host clock")
+
+
+def _normalize_shapes(shapes: Any) -> Any:
+    if isinstance(shapes, (list, tuple)):
+        return tuple(_normalize_shapes(s) for s in shapes)
+    if isinstance(shapes, dict):
+        return {str(k): _normalize_shapes(v) for k, v in shapes.items()}
+    return shapes
+
+
+def _build(samples: list[float], run: _Run, index: int, notes: dict[str, str], warmup: int, device: Any,
+           clocks: list[Any], options: Options, *, label: str | None, backend: str | None, dtype: Any,
+           shapes: Any) -> Measurement:
+    return Measurement.from_samples(
+        samples,
+        warmup=warmup,
+        mechanism=run.mechanism,
+        regime=run.regime,
+        l2_mode=options.l2,
+        mechanism_notes=dict(notes),
+        calls_per_sample=run.calls_per_sample[index],
+        extra=dict(run.extras[index]),
+        device=device.name,
+        arch=device.arch,
+        driver=device.driver,
+        cuda=device.cuda_runtime,
+        torch=device.torch,
+        triton=device.triton,
+        clocks_start=clocks[0],
+        clocks_end=clocks[1],
+        backend=backend,
+        shapes=_normalize_shapes(shapes),
+        dtype=None if dtype is None else str(dtype).replace("torch.", ""),
+        label=label,
+    )
+
+
+def measure(fn: Callable[..., Any], *args: Any, mechanism: str = "auto", warmup: int | None = None,
+            reps: int | None = None, budget_ms: float | None = None, l2: str = "warm", label: str | None = None,
+            backend: str | None = None, dtype: Any = None, shapes: Any = None, regime: str | None = None,
+            **fn_kwargs: Any) -> Measurement:
+    """Time ``fn(*args, **fn_kwargs)`` and return a :class:`Measurement` with its provenance.
+
+    ``warmup``/``reps`` are counts; without ``reps`` the sample count comes from ``budget_ms`` (default
+    100 ms of sampling). ``l2="cold"`` flushes L2 between calls (graph mode: rotates input copies).
+    ``regime`` is "spaced" or "sustained" (cupti can do both; graph is sustained, events and wall spaced).
+    """
+    options = Options(mechanism, warmup, reps, budget_ms, l2, regime)
+    run, notes, done, device, clocks = _collect([Call(fn, args, fn_kwargs)], options)
+    return _build(run.samples[0], run, 0, notes, done, device, clocks, options, label=label, backend=backend,
+                  dtype=dtype, shapes=shapes)
+
+
+def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any, rounds: int | None = None,
+                 mechanism: str = "auto", warmup: int | None = None, budget_ms: float | None = None,
+                 l2: str = "warm", regime: str | None = None, method: str = "paired-bootstrap",
+                 confidence: float = 0.95, labels: tuple[str, str] = ("candidate", "reference"),
+                 backend: tuple[str | None, str | None] | str | None = None, dtype: Any = None, shapes: Any = None,
+                 **fn_kwargs: Any) -> Comparison:
+    """Time ``candidate`` and ``reference`` on the same arguments, interleaved round by round, and compare.
+
+    ``rounds`` samples per side (default from ``budget_ms``); the result's ``ratio`` is
+    median(candidate) / median(reference) with a ``confidence`` interval by ``method``.
+    """
+    options = Options(mechanism, warmup, rounds, budget_ms, l2, regime)
+    calls = [Call(candidate, args, fn_kwargs), Call(reference, args, fn_kwargs)]
+    run, notes, done, device, clocks = _collect(calls, options)
+    backends = backend if isinstance(backend, tuple) else (backend, backend)
+    a, b = (_build(run.samples[i], run, i, notes, done, device, clocks, options, label=labels[i],
+                   backend=backends[i], dtype=dtype, shapes=shapes) for i in range(2))
+    return compare(a, b, method=method, confidence=confidence)

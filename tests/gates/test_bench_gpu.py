@@ -1,0 +1,136 @@
+"""GPU tests for each timing mechanism (skipped without a CUDA GPU; run with ``--ditgate``).
+
+They assert behaviour, not speed: which mechanism measured, the regime, cold L2, that the mechanisms
+agree with each other on a kernel long enough for launch overhead not to matter, and that a 2x slower
+candidate is caught by ``measure_pair``.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.requires_gpu(cc=">=8.0"), pytest.mark.ditgate]
+
+
+@pytest.fixture(scope="module")
+def tensors():
+    import torch
+
+    x = torch.randn(8 << 20, device="cuda", dtype=torch.bfloat16)
+    return x, torch.randn_like(x)
+
+
+def _add(x, y):
+    import torch
+
+    return torch.add(x, y)
+
+
+@pytest.mark.parametrize("mechanism,regime", [("cupti", "spaced"), ("graph", "sustained"), ("events", "spaced"),
+                                              ("wall", "spaced")])
+def test_each_mechanism_measures_and_says_so(tensors, mechanism: str, regime: str) -> None:
+    from pytest_ditgate import measure
+
+    m = measure(_add, *tensors, mechanism=mechanism, label=f"add-{mechanism}", dtype="bfloat16")
+    assert m.mechanism == mechanism and m.regime == regime
+    assert m.n >= 10 and m.median_ms > 0 and m.arch.startswith("sm_")
+    assert m.driver and m.cuda and m.torch
+    assert m.mechanism_notes[mechanism].startswith("chosen (requested)")
+    if mechanism == "graph":
+        assert m.calls_per_sample > 1
+
+
+def test_auto_prefers_cupti_and_notes_the_others(tensors) -> None:
+    from pytest_ditgate import measure
+
+    m = measure(_add, *tensors)
+    assert m.mechanism == "cupti"
+    assert set(m.mechanism_notes) == {"cupti", "graph", "events", "wall"}
+    assert all(m.mechanism_notes[k].startswith("not used: cupti worked") for k in ("graph", "events", "wall"))
+
+
+def test_mechanisms_agree_on_a_long_kernel(tensors) -> None:
+    """A ~20 us memory-bound add: cupti and graph agree within 10 %; events and wall read slower, never faster."""
+    from pytest_ditgate import measure
+
+    got = {mech: measure(_add, *tensors, mechanism=mech).median_ms for mech in ("cupti", "graph", "events", "wall")}
+    assert abs(got["graph"] / got["cupti"] - 1) < 0.10, got
+    assert got["events"] >= 0.95 * got["cupti"] and got["wall"] >= 0.95 * got["cupti"], got
+
+
+def test_cold_l2_is_slower_or_equal_and_recorded(tensors) -> None:
+    import torch
+
+    from pytest_ditgate import measure
+
+    small = torch.randn(1 << 20, device="cuda", dtype=torch.bfloat16)
+    for mechanism in ("cupti", "events", "graph"):
+        warm = measure(_add, small, small, mechanism=mechanism)
+        cold = measure(_add, small, small, mechanism=mechanism, l2="cold")
+        assert cold.l2_mode == "cold" and warm.l2_mode == "warm"
+        assert cold.median_ms >= 0.9 * warm.median_ms, (mechanism, warm.median_ms, cold.median_ms)
+    assert "rotating input copies" in cold.mechanism_notes["graph"]
+
+
+def test_graph_cold_without_tensor_args_falls_back_with_a_note(tensors) -> None:
+    from pytest_ditgate import measure
+
+    x, y = tensors
+    m = measure(lambda: x + y, mechanism="auto", l2="cold")
+    assert m.mechanism == "cupti"
+    m = measure(lambda: x + y, mechanism="events", l2="cold")
+    assert m.mechanism == "events"
+
+
+def test_sustained_cupti_regime(tensors) -> None:
+    from pytest_ditgate import measure
+
+    m = measure(_add, *tensors, mechanism="cupti", regime="sustained")
+    assert m.regime == "sustained" and m.mechanism == "cupti"
+
+
+def test_host_only_function_falls_back_to_wall() -> None:
+    import torch  # noqa: F401  (CUDA in use, but the call launches nothing)
+
+    from pytest_ditgate import measure
+
+    m = measure(lambda: sum(range(100)))
+    assert m.mechanism == "wall"
+    assert "no device activity" in m.mechanism_notes["cupti"]
+
+
+def test_pair_catches_a_2x_slower_candidate(tensors) -> None:
+    import torch
+
+    from pytest_ditgate.bench import measure_pair
+
+    x, y = tensors
+    slow = lambda: (torch.add(x, y), torch.add(x, y))  # noqa: E731
+    fast = lambda: torch.add(x, y)  # noqa: E731
+    c = measure_pair(slow, fast)
+    assert c.slower_by_at_least(0.5) and not c.faster_by_at_least(0.0)
+    c = measure_pair(fast, slow, mechanism="graph")
+    assert c.faster_by_at_least(0.3)
+
+
+def test_nvml_clocks_recorded_when_available(tensors) -> None:
+    from pytest_ditgate import measure
+    from pytest_ditgate.bench import nvml
+
+    m = measure(_add, *tensors, mechanism="events")
+    if nvml._nvml() is None:
+        pytest.skip("NVML not available on this host")
+    assert m.clocks_start and m.clocks_start["sm_clock_mhz"] and m.clocks_end
+
+
+def test_ditbench_fixture_on_gpu(ditbench, tensors) -> None:
+    m = ditbench(_add, *tensors, label="add-8M", backend="torch")
+    assert m.mechanism == "cupti"
+    ditbench.pair(_add, lambda x, y: (torch_add_twice(x, y)), *tensors, min_speedup=0.2)
+
+
+def torch_add_twice(x, y):
+    import torch
+
+    torch.add(x, y)
+    return torch.add(x, y)
