@@ -194,6 +194,7 @@ def test_golden_dir_option_and_gates_off(pytester: pytest.Pytester) -> None:
     pytester.runpytest().assert_outcomes(skipped=2)
 
 
+@pytest.mark.slow  # two xdist workers each import torch: ~20 s on two shared cores
 def test_xdist_workers_merge_into_one_manifest(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     body = "\n".join(textwrap.dedent(f"""
@@ -204,5 +205,4 @@ def test_xdist_workers_merge_into_one_manifest(pytester: pytest.Pytester) -> Non
     pytester.makepyfile(test_many=body)
     result = pytester.runpytest_subprocess("--ditgate", "--ditgate-freeze", "-n", "2", "-p", "xdist")
     result.assert_outcomes(passed=6)
-    assert set(manifest(pytester)["entries"]) == {f"cpu/g{i}" for i in range(6)}
-    pytester.runpytest_subprocess("--ditgate", "-n", "2", "-p", "xdist").assert_outcomes(passed=6)
+    assert set(manifest(pytester)["entries"]) == {f"cpu/g{i}" for i in range(6)}  # no worker lost another's
