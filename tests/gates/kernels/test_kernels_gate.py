@@ -35,41 +35,27 @@ def _args(make, names):
     return lambda seed: tuple(make(seed)[n] for n in names)
 
 
+#: op -> (reference name in kernels.reference, argument names in call order)
+OPS = {
+    "layernorm_modulate": ("layernorm_modulate_ref", ("x", "scale", "shift")),
+    "gated_residual": ("gated_residual_ref", ("x", "gate", "y")),
+    "gated_residual_layernorm_modulate": ("gated_residual_layernorm_modulate_ref", ("x", "gate", "y", "scale", "shift")),
+}
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
 @pytest.mark.parametrize("dtype", DTYPE_NAMES)
 @fixture_ok
 @given(B=batch, N=tokens, H=hidden, strided=st.booleans())
-def test_layernorm_modulate(kernel_check, dit_inputs, dtype, B, N, H, strided) -> None:
+def test_kernel_matches_reference(kernel_check, dit_inputs, op, dtype, B, N, H, strided) -> None:
+    """Every kernel, every dtype, hypothesis shapes (any H: vector, scalar and block paths), strided rows."""
     import kernels
-    from kernels.reference import layernorm_modulate_ref
+    from kernels import reference
 
+    ref_name, names = OPS[op]
     make = dit_inputs(B, N, H, torch_dtype(dtype), strided_rows=strided)
-    kernel_check(kernels.layernorm_modulate, layernorm_modulate_ref, _args(make, ("x", "scale", "shift")),
-                 label=f"layernorm_modulate {dtype} {B}x{N}x{H}{' strided' if strided else ''}")
-
-
-@pytest.mark.parametrize("dtype", DTYPE_NAMES)
-@fixture_ok
-@given(B=batch, N=tokens, H=hidden, strided=st.booleans())
-def test_gated_residual(kernel_check, dit_inputs, dtype, B, N, H, strided) -> None:
-    import kernels
-    from kernels.reference import gated_residual_ref
-
-    make = dit_inputs(B, N, H, torch_dtype(dtype), strided_rows=strided)
-    kernel_check(kernels.gated_residual, gated_residual_ref, _args(make, ("x", "gate", "y")),
-                 label=f"gated_residual {dtype} {B}x{N}x{H}")
-
-
-@pytest.mark.parametrize("dtype", DTYPE_NAMES)
-@fixture_ok
-@given(B=batch, N=tokens, H=hidden, strided=st.booleans())
-def test_gated_residual_layernorm_modulate(kernel_check, dit_inputs, dtype, B, N, H, strided) -> None:
-    import kernels
-    from kernels.reference import gated_residual_layernorm_modulate_ref
-
-    make = dit_inputs(B, N, H, torch_dtype(dtype), strided_rows=strided)
-    kernel_check(kernels.gated_residual_layernorm_modulate, gated_residual_layernorm_modulate_ref,
-                 _args(make, ("x", "gate", "y", "scale", "shift")),
-                 label=f"gated_residual_layernorm_modulate {dtype} {B}x{N}x{H}")
+    kernel_check(getattr(kernels, op), getattr(reference, ref_name), _args(make, names),
+                 label=f"{op} {dtype} {B}x{N}x{H}{' strided' if strided else ''}")
 
 
 @pytest.mark.parametrize("dtype", DTYPE_NAMES)
