@@ -197,3 +197,20 @@ def test_gate_is_skipped_when_gates_are_off(suite, pytester: pytest.Pytester) ->
     result = pytester.runpytest("-rs")
     result.assert_outcomes(skipped=1)
     result.stdout.fnmatch_lines(["*gates are off; run pytest with --ditgate*"])
+
+
+def test_transition_table_collects_xdist_workers_results(suite, pytester: pytest.Pytester) -> None:
+    pytest.importorskip("xdist")
+    suite("""
+import pytest
+@pytest.mark.parametrize("scale", [1.001, 1.5])
+def test_lat(quality_gate, scale):
+    base = latents()
+    quality_gate.check(f"x{scale}", {"latent": base * scale}, {"latent": base})
+""", "[metrics.rel_l2.numerical]\nmax = 0.01\n")
+    result = pytester.runpytest("--ditgate", "--ditgate-contract=quality_contract.toml", "-p", "xdist", "-n", "1")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["pass->pass *1  kept", "pass->fail *1  REJECTS the candidate",
+                                 "  pass->fail test_quality.py::test_lat[[]1.5[]] [[]x1.5[]] numerical/fp32 FAILED: latent.rel_l2 = 0.5*"])
+    summary = json.loads((pytester.path / ".ditgate" / "quality" / "transitions.json").read_text())
+    assert summary["counts"]["pass->fail"] == 1 and len(summary["cases"]) == 2

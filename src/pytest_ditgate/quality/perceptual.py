@@ -163,6 +163,7 @@ class ClipScorer:
     size: tuple[int, int]
     mean: tuple[float, ...]
     std: tuple[float, ...]
+    _text_cache: dict[Any, Any] = field(default_factory=dict, repr=False)
 
     def image_features(self, images: "torch.Tensor") -> "torch.Tensor":
         """Unit-norm embeddings of ``[0, 1]`` images (resized shortest side, centre-cropped, normalised)."""
@@ -186,12 +187,16 @@ class ClipScorer:
         return F.normalize(feats.float(), dim=-1)
 
     def text_features(self, prompts: list[str], device: "torch.device") -> "torch.Tensor":
+        """Unit-norm prompt embeddings, cached: baseline and candidate of every case share their prompts."""
         import torch
         import torch.nn.functional as F
 
-        with torch.no_grad():
-            feats = self.model.encode_text(self.tokenizer(prompts).to(device))
-        return F.normalize(feats.float(), dim=-1)
+        key = (tuple(prompts), str(device))
+        if key not in self._text_cache:
+            with torch.no_grad():
+                feats = self.model.encode_text(self.tokenizer(prompts).to(device))
+            self._text_cache[key] = F.normalize(feats.float(), dim=-1)
+        return self._text_cache[key]
 
     def score(self, images: "torch.Tensor", prompts: Sequence[str]) -> "torch.Tensor":
         """CLIP score per image, ``max(100 * cos(image, prompt), 0)`` (torchmetrics' convention)."""
