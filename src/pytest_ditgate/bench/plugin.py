@@ -26,15 +26,25 @@ def _positive_float(text: str) -> float:
     return value
 
 
-LANE = OptionSpec("--ditgate-bench-lane", "lane under which ditbench records bests (default: default)",
-                  default="default")
 MECHANISM = OptionSpec("--ditgate-bench-mechanism", "timing mechanism for ditbench (default: auto)",
                        default="auto", choices=("auto", *MECHANISMS))
 BUDGET = OptionSpec("--ditgate-bench-budget-ms", "sampling time per ditbench measurement in ms (default 100)",
                     parse=_positive_float)
 L2 = OptionSpec("--ditgate-bench-l2", "L2 state for ditbench measurements: warm or cold (default warm)",
                 default="warm", choices=L2_MODES)
-OPTIONS = (LANE, MECHANISM, BUDGET, L2)
+OPTIONS = (MECHANISM, BUDGET, L2)
+#: user property carrying each ditbench.pair comparison to the verdict plugin (experiment mode)
+COMPARISON_PROPERTY = "ditgate_comparison"
+DEFAULT_LANE = "default"
+
+
+def _lane(config: pytest.Config) -> str:
+    """The experiment lane (``--ditgate-lane`` of the verdict plugin) the ledger files bests under."""
+    try:
+        from pytest_ditgate.verdict.plugin import LANE
+    except ImportError:
+        return DEFAULT_LANE
+    return str(get_option(config, LANE) or DEFAULT_LANE)
 
 
 #: per test item: summary rows of the measurements taken in it (moved onto the call report)
@@ -45,6 +55,10 @@ reporter_key = pytest.StashKey["BenchReporter"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # timer_integrity remembers the stdlib clocks as they are when it is first imported: import it now,
+    # before any test can patch them (stdlib only, so this costs nothing)
+    import pytest_ditgate.timer_integrity  # noqa: F401
+
     reporter = BenchReporter(config)
     config.stash[reporter_key] = reporter
     config.pluginmanager.register(reporter, "ditgate-bench-reporter")
@@ -89,7 +103,7 @@ def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
     config = request.config
     context = get_context(config)
     ledger = Ledger(context.artefact_dir / LEDGER_FILE)
-    lane = str(get_option(config, LANE))
+    lane = _lane(config)
     node = request.node
     test = node.nodeid
     rows = node.stash.setdefault(rows_key, [])
@@ -102,7 +116,9 @@ def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
             _warn_io(node, LEDGER_FILE, exc)
 
     def record_comparison(c: Any, min_speedup: float, passed: bool) -> None:
-        rows.append(comparison_row(test, c, min_speedup, passed))
+        row = comparison_row(test, c, min_speedup, passed)
+        rows.append(row)
+        node.user_properties.append((COMPARISON_PROPERTY, row))
         try:
             ledger.record_comparison(c, test=test, lane=lane, min_speedup=min_speedup, passed=passed)
         except OSError as exc:

@@ -239,7 +239,8 @@ def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, s
             notes[mechanism] = "not used: the call launches no device work"
             continue
         try:
-            run = _run_mechanism(mechanism, calls, options, estimates, device)
+            with _exclusive(on_gpu):
+                run = _run_mechanism(mechanism, calls, options, estimates, device)
         except HostOnlyError as exc:
             host_only = True
             notes[mechanism] = f"failed: {exc}"
@@ -253,6 +254,19 @@ def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, s
         raise DitgateUsageError(f"no timing mechanism could measure this call ({detail})")
     clocks_end = nvml.snapshot(device.index, device.uuid) if on_gpu else None
     return run, notes, warmup, device, [clocks_start, clocks_end]
+
+
+def _exclusive(on_gpu: bool) -> Any:
+    """The run's per-GPU timing lock (``gpus.exclusive_gpu``: xdist workers sharing a GPU never time at once)."""
+    import contextlib
+
+    if not on_gpu:
+        return contextlib.nullcontext()
+    try:
+        from pytest_ditgate.gpus import exclusive_gpu
+    except ImportError:
+        return contextlib.nullcontext()
+    return exclusive_gpu()
 
 
 def _host_device() -> Any:
