@@ -106,18 +106,17 @@ class Measurement:
         names = {f.name for f in dataclasses.fields(cls)}
         kwargs = {k: v for k, v in data.items() if k in names}
         kwargs["samples_ms"] = tuple(float(x) for x in kwargs.get("samples_ms", ()))
-        if isinstance(kwargs.get("shapes"), list):
-            kwargs["shapes"] = _tuples(kwargs["shapes"])
+        kwargs["shapes"] = as_tuples(kwargs.get("shapes"))
         return cls(**kwargs)
 
 
 _FIELD_NAMES = tuple(f.name for f in dataclasses.fields(Measurement))
 
 
-def _tuples(value: Any) -> Any:
-    """JSON turns tuples into lists; shapes are tuples again after a round trip."""
-    if isinstance(value, list):
-        return tuple(_tuples(v) for v in value)
+def as_tuples(value: Any) -> Any:
+    """Lists (also JSON's, which has no tuples) as tuples, recursively: shapes compare equal after a round trip."""
+    if isinstance(value, (list, tuple)):
+        return tuple(as_tuples(v) for v in value)
     if isinstance(value, dict):
-        return {k: _tuples(v) for k, v in value.items()}
+        return {str(k): as_tuples(v) for k, v in value.items()}
     return value

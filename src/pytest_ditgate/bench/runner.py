@@ -17,7 +17,7 @@ from typing import Any, Callable, Sequence
 from pytest_ditgate.bench import l2 as l2mod
 from pytest_ditgate.bench import timers
 from pytest_ditgate.bench.compare import Comparison, compare
-from pytest_ditgate.bench.measurement import MECHANISMS, REGIMES, Measurement
+from pytest_ditgate.bench.measurement import MECHANISMS, REGIMES, Measurement, as_tuples
 from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 
@@ -278,14 +278,6 @@ def _host_device() -> Any:
     return DeviceInfo(name="cpu", arch="cpu", torch=getattr(torch, "__version__", None), cpu_reason="host clock")
 
 
-def _normalize_shapes(shapes: Any) -> Any:
-    if isinstance(shapes, (list, tuple)):
-        return tuple(_normalize_shapes(s) for s in shapes)
-    if isinstance(shapes, dict):
-        return {str(k): _normalize_shapes(v) for k, v in shapes.items()}
-    return shapes
-
-
 def _build(samples: list[float], run: _Run, index: int, notes: dict[str, str], warmup: int, device: Any,
            clocks: list[Any], options: Options, *, label: str | None, backend: str | None, dtype: Any,
            shapes: Any) -> Measurement:
@@ -307,7 +299,7 @@ def _build(samples: list[float], run: _Run, index: int, notes: dict[str, str], w
         clocks_start=clocks[0],
         clocks_end=clocks[1],
         backend=backend,
-        shapes=_normalize_shapes(shapes),
+        shapes=as_tuples(shapes),
         dtype=None if dtype is None else str(dtype).replace("torch.", ""),
         label=label,
     )
