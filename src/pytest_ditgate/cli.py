@@ -98,7 +98,9 @@ def _baseline(args: argparse.Namespace) -> int:
               "(use a new lane, or --force to record another first best)")
         return 2
     command = [sys.executable, "-m", "pytest", "--ditgate", "--ditgate-freeze", f"--ditgate-lane={args.lane}",
-               f"--ditgate-dir={args.dir}", "--ditgate-description=baseline", *args.pytest_args]
+               f"--ditgate-dir={args.dir}", "--ditgate-description=baseline",
+               "--ditgate-base=HEAD",  # the baseline is the tree as it is: only uncommitted edits are in scope
+               *args.pytest_args]
     print("running:", " ".join(command[2:]))
     return subprocess.run(command).returncode
 

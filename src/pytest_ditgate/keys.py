@@ -8,6 +8,7 @@ import pytest
 
 if TYPE_CHECKING:
     from pytest_ditgate.context import DitgateContext
+    from pytest_ditgate.verdict.classify import Classification
     from pytest_ditgate.golden.golden_plugin import GoldenPluginState
 
 #: the session-wide ditgate state, built once in ``pytest_configure``
@@ -19,3 +20,7 @@ kernel_checks_key = pytest.StashKey["list[tuple[str, bool, str | None]]"]()
 
 #: the run's golden-store session (``pytest_ditgate.golden``), built in its ``pytest_configure``
 golden_session_key = pytest.StashKey["GoldenPluginState"]()
+
+#: the experiment class this process judges the candidate as, once a gate suite declared its candidate
+#: (``ditgate_candidate.declare``): the declared class, or a stricter one the evidence forces
+effective_class_key = pytest.StashKey["Classification"]()

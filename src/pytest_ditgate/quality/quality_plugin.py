@@ -156,7 +156,17 @@ class QualityGate:
 
     @property
     def experiment_class(self) -> str:
-        return self._session.experiment_class
+        """``--ditgate-class``, unless the declared candidate's evidence forces a stricter class."""
+        return self._checked_class(self._session.experiment_class)
+
+    def _checked_class(self, claimed: str) -> str:
+        from pytest_ditgate.keys import effective_class_key
+        from pytest_ditgate.verdict.classify import CLASSES
+
+        found = self._item.config.stash.get(effective_class_key, None)
+        if found is not None and CLASSES.index(found.effective) > CLASSES.index(claimed):
+            return found.effective
+        return claimed
 
     @property
     def contract(self) -> "QualityContract":
@@ -171,7 +181,8 @@ class QualityGate:
         from pytest_ditgate.quality.evaluate import evaluate_quality
 
         result = evaluate_quality(candidate, baseline, contract=self._session.contract(),
-                                  experiment_class=experiment_class or self._session.experiment_class, case=case,
+                                  experiment_class=self._checked_class(experiment_class or self._session.experiment_class),
+                                  case=case,
                                   kinds=kinds, tolerance_scale=tolerance_scale, prompts=prompts,
                                   compute_dtype=compute_dtype, image_range=image_range,
                                   models=self._session.models(), image_dir=self._image_root)

@@ -34,7 +34,6 @@ REASON_PROPERTY = "ditgate_reason"
 COMPARISON_PROPERTY = "ditgate_comparison"
 CLASS_EVIDENCE_PROPERTY = "ditgate_class_evidence"
 PEAK_MEMORY_PROPERTY = "ditgate_peak_memory_bytes"
-QUALITY_PROPERTY = "ditgate_quality"
 
 
 class ExperimentSession:
@@ -72,8 +71,8 @@ class ExperimentSession:
                 self.class_evidence.extend(str(v) for v in value)
             elif key == PEAK_MEMORY_PROPERTY and report.when == "call":
                 self.peak_memory = max(self.peak_memory or 0, int(value))
-            elif key == QUALITY_PROPERTY and report.when == "call":
-                self.quality.append(dict(value, test=report.nodeid))
+        for record in getattr(report, "ditgate_quality", None) or []:
+            self.quality.append(dict(record, test=report.nodeid))
         if report.skipped and report.nodeid not in self.outcomes:
             self.outcomes[report.nodeid] = GateOutcome(report.nodeid, "skipped")
         elif report.failed:
@@ -125,7 +124,9 @@ class ExperimentSession:
         from pytest_ditgate.verdict.outcome import Category, GateOutcome, decide
 
         self.integrity_problems()
-        declared = _declared_class(self.config)
+        from pytest_ditgate.verdict.candidate import declared_class
+
+        declared = declared_class(self.config)
         classification = classify(declared, quantization=[e for e in self.class_evidence if e.startswith("quant:")],
                                   approximation=[e for e in self.class_evidence if e.startswith("approx:")])
         objective = combine(self.comparisons)
@@ -214,19 +215,9 @@ class ExperimentSession:
             terminalreporter.write_line(f"note: {note}")
 
 
-def _declared_class(config: pytest.Config) -> str:
-    value = config.getoption("ditgate_class", default=None)
-    if value is None:
-        try:
-            value = config.getini("ditgate_class") or None
-        except ValueError:
-            value = None
-    return value or "numerical"
-
-
 def _arch(experiment: ExperimentSession) -> str:
     for comparison in experiment.comparisons:
-        arch = comparison.get("a", {}).get("arch")
+        arch = comparison.get("arch") or comparison.get("a", {}).get("arch")
         if arch:
             return arch
     from pytest_ditgate.device import real_device
@@ -290,4 +281,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
     report = yield
     if call.excinfo is not None and isinstance(call.excinfo.value, GateFailure):
         report.user_properties.append((REASON_PROPERTY, call.excinfo.value.reason))
+    if call.when == "call":
+        from pytest_ditgate.verdict.candidate import take_unsent_evidence
+
+        evidence = take_unsent_evidence(item.config)
+        if evidence:
+            report.user_properties.append((CLASS_EVIDENCE_PROPERTY, evidence))
     return report

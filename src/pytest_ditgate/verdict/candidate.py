@@ -1,0 +1,74 @@
+"""``ditgate_candidate``: the gate suite declares the candidate it built, and its class is checked.
+
+``ditgate_candidate.declare(model, sampling={...}, frozen_sampling={...})`` inspects the modules and
+weights for low-bit dtypes and quantization classes and compares the sampling settings with the frozen
+corpus. The resulting class (never weaker than the declared ``--ditgate-class``) is what the quality
+gate applies in this process, and the evidence travels to the verdict with the next test report.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+import pytest
+
+from pytest_ditgate.keys import effective_class_key
+from pytest_ditgate.verdict.classify import Classification, approximation_evidence, classify, quantization_evidence
+
+DEFAULT_CLASS = "numerical"
+
+
+def declared_class(config: pytest.Config) -> str:
+    """``--ditgate-class`` / ini ``ditgate_class`` (default ``numerical``)."""
+    value = config.getoption("ditgate_class", default=None)
+    if value is None:
+        try:
+            value = config.getini("ditgate_class") or None
+        except ValueError:
+            value = None
+    return str(value or DEFAULT_CLASS)
+
+
+def effective_class(config: pytest.Config) -> str:
+    """The class to judge quality with in this process: the declared one unless evidence overrides it."""
+    found = config.stash.get(effective_class_key, None)
+    return found.effective if found is not None else declared_class(config)
+
+
+@dataclass
+class CandidateDeclaration:
+    config: pytest.Config
+    unsent: list[str] = field(default_factory=list)
+
+    def declare(self, *modules: Any, state_dicts: Iterable[Mapping[str, Any]] = (),
+                sampling: Mapping[str, Any] | None = None, frozen_sampling: Mapping[str, Any] | None = None) -> Classification:
+        quant = [f"quant: {e}" for e in quantization_evidence(modules, state_dicts)]
+        approx = [f"approx: {e}" for e in approximation_evidence(sampling or {}, frozen_sampling or {})]
+        previous = self.config.stash.get(effective_class_key, None)
+        evidence = list(previous.evidence) if previous else []
+        evidence += [e for e in quant + approx if e not in evidence]
+        result = classify(declared_class(self.config),
+                          quantization=[e for e in evidence if e.startswith("quant:")],
+                          approximation=[e for e in evidence if e.startswith("approx:")])
+        self.config.stash[effective_class_key] = result
+        self.unsent.extend(e for e in quant + approx if e not in self.unsent)
+        return result
+
+
+_declaration_key = pytest.StashKey[CandidateDeclaration]()
+
+
+@pytest.fixture(scope="session")
+def ditgate_candidate(pytestconfig: pytest.Config) -> CandidateDeclaration:
+    """Declare the candidate a gate suite built, so that its experiment class is checked, not trusted."""
+    return pytestconfig.stash.setdefault(_declaration_key, CandidateDeclaration(pytestconfig))
+
+
+def take_unsent_evidence(config: pytest.Config) -> list[str]:
+    """Evidence not yet attached to a report (each piece travels to the controller once)."""
+    declaration = config.stash.get(_declaration_key, None)
+    if declaration is None or not declaration.unsent:
+        return []
+    sent, declaration.unsent = declaration.unsent, []
+    return sent
