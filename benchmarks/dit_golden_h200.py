@@ -141,7 +141,8 @@ def main() -> int:
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"dit_golden_{device.arch}.json"
-    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    text = json.dumps(results, indent=2, default=str).replace(str(ROOT), "<repo>").replace(str(Path.home()), "~")
+    path.write_text(text + "\n")  # no machine paths in results that may be committed
 
     print(f"\nDiT-XL/2 goldens on {device.describe()} (random weights seed {SEED}); JSON: {path}")
     print(f"{'case':<12} {'fp32 s':>7} {'bf16 s':>7} {'golden MB':>9} {'numerical':>10} {'exact(bf16)':>12} "
