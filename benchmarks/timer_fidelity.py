@@ -286,6 +286,8 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"tolerance": TOLERANCE, "cv_limit": CV_LIMIT, "repeats": REPEATS,
                    "truth": "torch.profiler CUDA activity, sum of device durations over 50 back-to-back calls"},
     }
+    if not results["provenance"].get("commit"):  # the GPU host may get a copy of the tree without .git
+        results["provenance"]["commit"] = os.environ.get("DITGATE_COMMIT")
     results["provenance"]["timers"] = "cupti (torch.profiler/kineto), CUDA graph + events, CUDA events, perf_counter"
     started = time.time()
     if device.is_cuda:
