@@ -8,17 +8,12 @@ is the hook point where an optimised implementation replaces the baseline's ``sa
 
 from __future__ import annotations
 
-import contextlib
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import pytest
 
 from dit_impl.corpus import CorpusCase, load_corpus, select
-
-#: random-weight seed of every model in this suite (goldens were frozen with it)
-WEIGHTS_SEED = 0
-#: XL/2 goldens keep activations of the first image and its first 64 tokens only (size budget)
-XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS = 1, 64
+from dit_gate_support import WEIGHTS_SEED
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
@@ -46,32 +41,3 @@ def tiny_model():
     from dit_impl.baseline import load_model
 
     return load_model("tiny", seed=WEIGHTS_SEED, dtype="float32", device="cpu")
-
-
-@contextlib.contextmanager
-def full_fp32() -> Iterator[None]:
-    """Disable TF32 in matmuls and convolutions, so a float32 reference is true float32 on the GPU."""
-    import torch
-
-    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-    try:
-        yield
-    finally:
-        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
-
-
-def case_metadata(case: CorpusCase, info: dict[str, Any]) -> dict[str, Any]:
-    """What a golden records about the run that made it (manifest provenance)."""
-    return {"case": case.name, "weights_seed": WEIGHTS_SEED, **info}
-
-
-def contract_compare(quality_gate: Any, case: str, *, experiment_class: str | None = None) -> Callable[[Any, Any], Any]:
-    """A golden comparator that judges with the quality contract, widened by the fallback tolerance scale."""
-
-    def compare(candidate: Any, hit: Any) -> Any:
-        __tracebackhide__ = True
-        return quality_gate.check(case, candidate, hit.tensors, tolerance_scale=hit.tolerance_scale,
-                                  experiment_class=experiment_class)
-
-    return compare

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from conftest import case_metadata, contract_compare
+from dit_gate_support import case_metadata, contract_compare
 from pytest_ditgate.errors import GateFailure
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_metadata, contract_compare, full_fp32
+from dit_gate_support import WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_metadata, contract_compare, full_fp32
 
 pytestmark = pytest.mark.requires_gpu(bf16=True, min_memory_gb=20, why="DiT-XL/2 sampling")
 

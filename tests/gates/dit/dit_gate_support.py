@@ -1,0 +1,43 @@
+"""Helpers shared by the DiT gate tests (a uniquely named module: several conftest.py files exist)."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Callable, Iterator
+
+from dit_impl.corpus import CorpusCase
+
+#: random-weight seed of every model in this suite (goldens were frozen with it)
+WEIGHTS_SEED = 0
+#: XL/2 goldens keep activations of the first image and its first 64 tokens only (size budget)
+XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS = 1, 64
+
+
+
+@contextlib.contextmanager
+def full_fp32() -> Iterator[None]:
+    """Disable TF32 in matmuls and convolutions, so a float32 reference is true float32 on the GPU."""
+    import torch
+
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def case_metadata(case: CorpusCase, info: dict[str, Any]) -> dict[str, Any]:
+    """What a golden records about the run that made it (manifest provenance)."""
+    return {"case": case.name, "weights_seed": WEIGHTS_SEED, **info}
+
+
+def contract_compare(quality_gate: Any, case: str, *, experiment_class: str | None = None) -> Callable[[Any, Any], Any]:
+    """A golden comparator that judges with the quality contract, widened by the fallback tolerance scale."""
+
+    def compare(candidate: Any, hit: Any) -> Any:
+        __tracebackhide__ = True
+        return quality_gate.check(case, candidate, hit.tensors, tolerance_scale=hit.tolerance_scale,
+                                  experiment_class=experiment_class)
+
+    return compare
