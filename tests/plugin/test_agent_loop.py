@@ -26,7 +26,7 @@ mutable_paths = ["candidate/"]
 fixed_paths = ["reference/", "tests/", "fixtures/"]
 
 [tool.pytest.ini_options]
-ditgate_bench_budget_ms = "150"
+ditgate_bench_budget_ms = "400"
 """
 
 CONTRACT = """
@@ -85,7 +85,7 @@ from reference.work import reference
 
 
 def data():
-    return torch.randn(128, 512, generator=torch.Generator().manual_seed(0))
+    return torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
 
 
 def test_quality(quality_gate, ditgate_candidate):
@@ -95,7 +95,7 @@ def test_quality(quality_gate, ditgate_candidate):
 
 
 def test_speed(ditbench):
-    ditbench.pair(candidate, reference, data(), min_speedup=-100.0)
+    ditbench.pair(candidate, reference, data(), min_speedup=-1e6)  # the lane's best decides, not a fixed threshold
 """
 
 

@@ -106,15 +106,18 @@ class ExperimentSession:
         for problem in scope_violations(changed, mutable, fixed):
             self.session_problems.append((Category.SCOPE, problem))
 
-    def integrity_problems(self) -> None:
-        from pytest_ditgate.verdict.outcome import Category
+    def check_fixed_paths(self) -> list[str]:
+        """Lines describing fixed paths changed since the lock (empty when intact, unlocked or deliberate)."""
+        from pytest_ditgate.golden.fixed_paths import RELOCK, LockSettings, evaluate_lock
+        from pytest_ditgate.golden.golden_plugin import FREEZE, REFREEZE
 
-        try:
-            from pytest_ditgate.golden.fixed_paths import lock_problems
-        except ImportError:
-            return
-        for line in lock_problems(self.config):
-            self.session_problems.append((Category.INTEGRITY, f"fixed path changed: {line}"))
+        if any(options.get_option(self.config, spec) for spec in (RELOCK, FREEZE, REFREEZE)):
+            return []
+        settings = LockSettings.from_rootdir(Path(self.config.rootpath))
+        if not settings.patterns:
+            return []
+        verdict = evaluate_lock(settings)
+        return list(verdict.lines()) if verdict.changed else []
 
     # -- decision ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session) -> None:
@@ -123,7 +126,6 @@ class ExperimentSession:
         from pytest_ditgate.verdict.objective import beats_best, combine, improvement_pct
         from pytest_ditgate.verdict.outcome import Category, GateOutcome, decide
 
-        self.integrity_problems()
         from pytest_ditgate.verdict.candidate import declared_class
 
         declared = declared_class(self.config)
@@ -173,8 +175,9 @@ class ExperimentSession:
             try:
                 append_experiment(root, row, detail)
                 if self.verdict.label == "keep" and objective is not None:
-                    store_best(root, self.lane, arch, {"objective": objective, "commit": commit, "time_utc": detail["time_utc"],
-                                                       "comparisons": self.comparisons, "environment": environment})
+                    store_best(root, self.lane, arch, {"objective": objective, "commit": commit,
+                                                       "time_utc": detail["time_utc"], "environment": environment,
+                                                       "comparisons": self.full_comparisons()})
             except OSError as exc:
                 self.notes.append(f"could not write the ledger under {root}: {exc}")
         if self.verdict_json:
@@ -182,9 +185,34 @@ class ExperimentSession:
 
             atomic_write_json(Path(self.verdict_json), detail)
 
+    def full_comparisons(self) -> list[dict[str, Any]]:
+        """This run's comparisons with their raw samples, from the bench ledger (the lane best keeps them)."""
+        from pytest_ditgate.bench.plugin import LEDGER_FILE
+        from pytest_ditgate.fsutil import read_jsonl
+
+        tests = {c.get("test") for c in self.comparisons}
+        latest: dict[str, dict[str, Any]] = {}
+        for record in read_jsonl(self.context.artefact_dir / LEDGER_FILE)[0]:
+            if record.get("kind") == "comparison" and record.get("lane") == self.lane and record.get("test") in tests:
+                latest[record["test"]] = record
+        return list(latest.values()) or self.comparisons
+
     # -- hooks (this object is registered as a plugin in experiment mode) ---------------------------
+    @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        """Scope and integrity are judged before any test runs; a broken lock ends the run here, logged."""
+        from pytest_ditgate.verdict.outcome import Category
+
         self.check_scope()
+        changed = self.check_fixed_paths()
+        if not changed:
+            return
+        for line in changed:
+            self.session_problems.append((Category.INTEGRITY, f"fixed path changed: {line.strip()}"))
+        self.finish(session)
+        pytest.exit("ditgate: fixed paths changed; the candidate is rejected before any test runs:\n  "
+                    + "\n  ".join(changed) + f"\nVERDICT: {self.verdict.headline()}",
+                    returncode=self.verdict.exit_code)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         self.add_report(report)
