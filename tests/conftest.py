@@ -11,6 +11,10 @@ def _no_profile_leak(monkeypatch: pytest.MonkeyPatch) -> None:
     from pytest_ditgate import device
 
     monkeypatch.delenv("DITGATE_DEVICE_PROFILE", raising=False)
+    # pytester subprocesses must not believe they are xdist workers of the outer run (pytest-benchmark
+    # disables itself in xdist workers, for one)
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
     device.clear_cache()
     yield
     device.clear_cache()
