@@ -94,6 +94,45 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ[LOCK_DIR_ENV] = workerinput[LOCK_DIR_KEY]
 
 
+WORKER_REPORT_KEY = "ditgate_gpu_report"
+_reports_key = pytest.StashKey[dict]()
+
+
+def _worker_gpu_report() -> dict[str, str]:
+    """What this worker ran on: its pinned CUDA_VISIBLE_DEVICES and, if CUDA is up, the device's name and UUID."""
+    import sys
+
+    report = {"visible": os.environ.get("CUDA_VISIBLE_DEVICES", "")}
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        report.update(name=str(props.name), uuid=str(getattr(props, "uuid", "")))
+    return report
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None and get_context(session.config).enabled:
+        workeroutput[WORKER_REPORT_KEY] = _worker_gpu_report()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error) -> None:  # xdist controller hook
+    report = getattr(node, "workeroutput", {}).get(WORKER_REPORT_KEY)
+    if report is not None:
+        node.config.stash.setdefault(_reports_key, {})[node.workerinput["workerid"]] = report
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    reports = config.stash.get(_reports_key, None)
+    if not reports:
+        return
+    terminalreporter.section("ditgate GPUs per worker", sep="-")
+    for worker, report in sorted(reports.items()):
+        device = f" ({report['name']} {report['uuid']})" if report.get("name") else ""
+        terminalreporter.write_line(f"{worker}: CUDA_VISIBLE_DEVICES={report['visible'] or '<unset>'}{device}")
+
+
 def physical_gpu_id() -> str:
     """The id of the GPU this process times on (after pinning), for lock names and provenance."""
     pinned = os.environ.get(PINNED_ENV)

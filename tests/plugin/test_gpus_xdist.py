@@ -36,6 +36,8 @@ def test_one_worker_per_gpu(pytester: pytest.Pytester, monkeypatch: pytest.Monke
     result.assert_outcomes(passed=4)
     by_worker = {r["worker"]: r["visible"] for r in _records(pytester.path)}
     assert by_worker == {"gw0": "3", "gw1": "5"}
+    result.stdout.fnmatch_lines(["*ditgate GPUs per worker*", "gw0: CUDA_VISIBLE_DEVICES=3*",
+                                 "gw1: CUDA_VISIBLE_DEVICES=5*"])
 
 
 def test_shared_gpu_timing_never_overlaps(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:

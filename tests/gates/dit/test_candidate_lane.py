@@ -1,0 +1,115 @@
+"""The DiT experiment lane: the candidate of ``dit_impl/fast/candidate.py`` against the frozen baseline.
+
+Quality: the candidate's sampling (the baseline's own loop around the fast transformer) against the
+goldens, under the quality contract of the run's class. Speed: the candidate's transformer forward
+against the diffusers baseline's forward, interleaved in the same run (``ditbench.pair``); the lane's
+verdict compares that ratio with the lane's best. On the CPU the ``tiny`` configuration runs; on a GPU
+with bf16 also DiT-XL/2 (batch 16 with CFG, 256 tokens).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from dit_gate_support import WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, full_fp32
+
+#: the candidate may not expose block activations (a CUDA graph replay runs no hooks): judged on these
+REQUIRED_OUTPUTS = ("latents", "images")
+XL = pytest.mark.requires_gpu(bf16=True, min_memory_gb=20, why="DiT-XL/2 candidate")
+
+_cache: dict[tuple, object] = {}
+
+
+def candidate_model(baseline, device_type: str):
+    """The baseline ``DitModel`` with its transformer replaced by the candidate (built once per config)."""
+    from dit_impl.fast.candidate import options_for
+    from dit_impl.fast.sampling import fast_model
+
+    key = ("candidate", baseline.config.name, device_type)
+    if key not in _cache:
+        _cache[key] = fast_model(baseline, options_for(device_type))
+    return _cache[key]
+
+
+def xl_baseline():
+    from dit_impl.baseline import load_model
+
+    key = ("baseline", "dit-xl-2-256")
+    if key not in _cache:
+        _cache[key] = load_model("dit-xl-2-256", seed=WEIGHTS_SEED, dtype="bfloat16", device="cuda")
+    return _cache[key]
+
+
+def judge(case, model, golden, quality_gate, ditgate_candidate, device: str, **tensor_opts) -> None:
+    from dit_impl.fast.sampling import sample
+
+    ditgate_candidate.declare(model.transformer if hasattr(model.transformer, "named_modules")
+                              else model.transformer.model,
+                              sampling={"num_steps": case.steps, "scheduler": case.scheduler,
+                                        "guidance_scale": case.guidance_scale},
+                              frozen_sampling={"num_steps": case.steps, "scheduler": case.scheduler,
+                                               "guidance_scale": case.guidance_scale})
+    kwargs = case.sample_kwargs()
+    graphed = not hasattr(model.transformer, "named_modules")
+    if graphed:
+        kwargs["record_blocks"] = ()
+    with full_fp32():
+        tensors = sample(model, **kwargs).tensors(**tensor_opts)
+    assert all(name in tensors for name in REQUIRED_OUTPUTS)
+
+    def compare(candidate, hit):
+        __tracebackhide__ = True
+        baseline = {name: hit.tensors[name] for name in candidate if name in hit.tensors}
+        return quality_gate.check(case.name, candidate, baseline, tolerance_scale=hit.tolerance_scale)
+
+    outcome = golden.check(case.name, tensors, device=device, compare=compare)
+    assert outcome.status == "matched", f"no golden to judge the candidate by ({outcome.status})"
+
+
+def forward_inputs(config, batch: int, device: str, dtype):
+    import torch
+
+    g = torch.Generator("cpu").manual_seed(1234)
+    x = torch.randn(batch, config.latent_channels, config.latent_size, config.latent_size, generator=g)
+    t = torch.randint(0, 1000, (batch,), generator=g)
+    y = torch.randint(0, 1000, (batch,), generator=g)
+    return x.to(device, dtype), t.to(device), y.to(device)
+
+
+def forward(transformer):
+    def run(x, t, y):
+        return transformer(x, timestep=t, class_labels=y).sample
+
+    return run
+
+
+def test_tiny_candidate_quality(tiny_case, tiny_model, golden, quality_gate, ditgate_candidate) -> None:
+    judge(tiny_case, candidate_model(tiny_model, "cpu"), golden, quality_gate, ditgate_candidate, "cpu")
+
+
+def test_tiny_candidate_forward_speed(tiny_model, ditbench) -> None:
+    import torch
+
+    model = candidate_model(tiny_model, "cpu")
+    with torch.no_grad():
+        args = forward_inputs(tiny_model.config, 16, "cpu", torch.float32)
+        ditbench.pair(forward(model.transformer), forward(tiny_model.transformer), *args, min_speedup=-1e6,
+                      labels=("candidate", "diffusers"))
+
+
+@XL
+def test_xl_candidate_quality(xl_case, golden, quality_gate, ditgate_candidate) -> None:
+    judge(xl_case, candidate_model(xl_baseline(), "cuda"), golden, quality_gate, ditgate_candidate, "cuda",
+          activation_images=XL_ACTIVATION_IMAGES, activation_tokens=XL_ACTIVATION_TOKENS)
+
+
+@XL
+def test_xl_candidate_forward_speed(ditbench) -> None:
+    import torch
+
+    baseline = xl_baseline()
+    model = candidate_model(baseline, "cuda")
+    with torch.no_grad():
+        args = forward_inputs(baseline.config, 16, "cuda", torch.bfloat16)
+        ditbench.pair(forward(model.transformer), forward(baseline.transformer), *args, min_speedup=-1e6,
+                      mechanism="events", budget_ms=1500, labels=("candidate", "diffusers"))
