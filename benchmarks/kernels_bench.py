@@ -311,7 +311,10 @@ def main(argv=None) -> int:
     build_all(results, dtypes)
     cache_hit_load(results)
     copy_bandwidth(results)
-    torch._dynamo.config.cache_size_limit = max(torch._dynamo.config.cache_size_limit, 64)
+    # a silent fall-back to eager would make every "vs compile" number a lie: raise instead
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
+        torch._dynamo.config.fail_on_recompile_limit_hit = True
     compiled = {}
     plan = []
     for dtype in dtypes:
