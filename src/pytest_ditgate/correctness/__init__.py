@@ -6,8 +6,7 @@ imported on first use of a public name.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pytest_ditgate.lazy import lazy_exports
 
 _LAZY = {
     "check_kernel": "pytest_ditgate.correctness.checks",
@@ -23,14 +22,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pytest_ditgate.correctness' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

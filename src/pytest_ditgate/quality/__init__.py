@@ -3,8 +3,7 @@ contract per experiment class, and failure images. Torch-free to import; names r
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pytest_ditgate.lazy import lazy_exports
 
 _LAZY = {
     "load_contract": "pytest_ditgate.quality.contract",
@@ -24,14 +23,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'pytest_ditgate.quality' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
