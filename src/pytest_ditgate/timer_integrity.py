@@ -14,10 +14,18 @@ import time
 import types
 from typing import Any, Callable
 
-#: the stdlib clocks as they were when this module was first imported (a later replacement is caught by
-#: identity even when the replacement is itself a builtin)
+_CLOCKS = ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time")
+
+
+def _is_time_builtin(name: str, function: Any) -> bool:
+    return (isinstance(function, types.BuiltinFunctionType) and getattr(function, "__self__", None) is time
+            and function.__name__ == name)
+
+
+#: the stdlib clocks seen at first import, kept only if they were genuine then (a module first imported
+#: while a test had patched a clock must not take the patch for the original)
 _STDLIB_ORIGINALS: dict[str, Any] = {
-    name: getattr(time, name) for name in ("perf_counter", "perf_counter_ns", "monotonic", "monotonic_ns", "time")
+    name: getattr(time, name) for name in _CLOCKS if _is_time_builtin(name, getattr(time, name))
 }
 
 #: torch functions a gate relies on: (dotted name for the report, getter, defining file relative to torch)
@@ -33,7 +41,7 @@ _TORCH_FUNCTIONS: tuple[tuple[str, Callable[[Any], Any], str], ...] = (
 
 def tampered_timers() -> list[str]:
     """Names of timing functions that were replaced or wrapped (empty when all are genuine)."""
-    found = [f"time.{name}" for name, original in _STDLIB_ORIGINALS.items() if not _genuine_clock(name, original)]
+    found = [f"time.{name}" for name in _CLOCKS if not _genuine_clock(name, _STDLIB_ORIGINALS.get(name))]
     timeit = sys.modules.get("timeit")
     if timeit is not None and not _genuine_clock("perf_counter", None, getattr(timeit, "default_timer", None)):
         found.append("timeit.default_timer")
@@ -48,11 +56,7 @@ def _genuine_clock(name: str, original: Any, current: Any = None) -> bool:
     current = getattr(time, name) if current is None else current
     if original is not None and current is not original:
         return False
-    return (
-        isinstance(current, types.BuiltinFunctionType)
-        and getattr(current, "__self__", None) is time
-        and current.__name__ == name
-    )
+    return _is_time_builtin(name, current)
 
 
 def _tampered_torch(torch: Any) -> list[str]:

@@ -238,3 +238,20 @@ def test_timer_integrity_does_not_import_torch() -> None:
             "print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def test_timer_integrity_first_imported_under_a_patch_does_not_adopt_it() -> None:
+    """Imported for the first time while a test patched perf_counter: the patch is caught, the restored clock is not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import time\n"
+        "real = time.perf_counter\n"
+        "time.perf_counter = lambda: 0.0\n"
+        "from pytest_ditgate.timer_integrity import tampered_timers\n"
+        "assert tampered_timers() == ['time.perf_counter'], tampered_timers()\n"
+        "time.perf_counter = real\n"
+        "assert tampered_timers() == [], tampered_timers()\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
