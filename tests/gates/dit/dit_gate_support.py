@@ -41,3 +41,36 @@ def contract_compare(quality_gate: Any, case: str, *, experiment_class: str | No
                                   experiment_class=experiment_class)
 
     return compare
+
+
+def fast_module(transformer: Any) -> Any:
+    """The ``nn.Module`` behind a fast transformer (a ``GraphedDiT`` wraps its ``FastDiT``)."""
+    return transformer if hasattr(transformer, "named_modules") else transformer.model
+
+
+def case_sampling(case: CorpusCase) -> dict[str, Any]:
+    """The sampling settings ``ditgate_candidate.declare`` compares with the frozen corpus."""
+    return {"num_steps": case.steps, "scheduler": case.scheduler, "guidance_scale": case.guidance_scale}
+
+
+class _Judged:
+    """A quality result in the shape ``golden.check`` expects of a comparison (``passed``, ``lines``)."""
+
+    def __init__(self, result: Any) -> None:
+        self.result, self.passed = result, result.passed
+
+    def lines(self) -> list[str]:
+        return self.result.summary().splitlines()
+
+
+def unrecorded_contract_compare(contract: Any, case: str, *, experiment_class: str) -> Callable[[Any, Any], Any]:
+    """The contract comparator WITHOUT recording into the run's quality table: for negative controls,
+    whose expected failures must not show as a rejected candidate; a failure is ``golden_mismatch``."""
+    from pytest_ditgate.quality import evaluate_quality
+
+    def compare(candidate: Any, hit: Any) -> Any:
+        baseline = {name: hit.tensors[name] for name in candidate if name in hit.tensors}
+        return _Judged(evaluate_quality(candidate, baseline, contract=contract, experiment_class=experiment_class,
+                                        case=case, tolerance_scale=hit.tolerance_scale))
+
+    return compare
