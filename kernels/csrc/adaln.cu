@@ -5,7 +5,8 @@
 // Statistics in fp32, two-pass (mean, then squared deviations) over a row kept in registers; the fused
 // op normalises the fp32 sum x + gate * y (x_new is rounded only for storage).
 //
-// Fast path: one warp per row, the row held as K 16-byte packets per lane (H up to 16*32 packets).
+// Fast path: one warp per row, the row held as K 16-byte packets per lane (H up to 16*32 packets),
+// converted in pairs (see Packet in common.cuh for why bf16 needs that).
 // Fallback: one block per row, scalar loads, re-reading the row; for unaligned data or very wide rows.
 #include "common.cuh"
 #include "ditgate_config.h"
@@ -32,17 +33,17 @@ struct AdalnArgs {
 // Row values for the statistics, as fp32: x itself, or x + gate * y before it is rounded for storage
 // (the norm sees the exact sum, like the float64 reference and torch.compile's fused kernel).
 template <typename T, int K, bool kResidual> struct RowBuffer;
+// Elements are addressed in pairs (2j, 2j+1), matching the paired conversions of common.cuh.
 template <typename T, int K> struct RowBuffer<T, K, false> {
   Packet<T> raw[K];
-  __device__ __forceinline__ float at(int k, int i) const { return to_float(raw[k].v[i]); }
+  __device__ __forceinline__ float2 at2(int k, int j) const { return get2(raw[k], j); }
 };
 template <typename T, int K> struct RowBuffer<T, K, true> {
-  float val[K][Packet<T>::N];
-  __device__ __forceinline__ float at(int k, int i) const { return val[k][i]; }
+  float2 val[K][Packet<T>::N / 2];
+  __device__ __forceinline__ float2 at2(int k, int j) const { return val[k][j]; }
 };
 
-template <typename T, int K, bool kResidual>
-__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(AdalnArgs a) {
+template <typename T, int K, bool kResidual> __device__ __forceinline__ void adaln_warp_body(const AdalnArgs& a) {
   using P = Packet<T>;
   constexpr int N = P::N;
   const int lane = threadIdx.x % kWarp;
@@ -97,11 +98,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
         if (p < packets) {
           P o;
 #pragma unroll
-          for (int i = 0; i < N; ++i) {
-            const float r = to_float(xs[k].v[i]) + to_float(gs[k].v[i]) * to_float(ys[k].v[i]);
-            buf.val[k][i] = r;
-            o.v[i] = from_float<T>(r);
-            sum += r;
+          for (int j = 0; j < N / 2; ++j) {
+            const float2 xv = get2(xs[k], j), gv = get2(gs[k], j), yv = get2(ys[k], j);
+            const float2 r = make_float2(xv.x + gv.x * yv.x, xv.y + gv.y * yv.y);
+            buf.val[k][j] = r;
+            set2(o, j, r.x, r.y);
+            sum += r.x;
+            sum += r.y;
           }
           store_packet(xo + p * N, o);
         }
@@ -112,7 +115,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
         const int p = lane + k * kWarp;
         if (p < packets) {
 #pragma unroll
-          for (int i = 0; i < N; ++i) sum += buf.at(k, i);
+          for (int j = 0; j < N / 2; ++j) {
+            const float2 v = buf.at2(k, j);
+            sum += v.x;
+            sum += v.y;
+          }
         }
       }
     }
@@ -123,9 +130,11 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
       const int p = lane + k * kWarp;
       if (p < packets) {
 #pragma unroll
-        for (int i = 0; i < N; ++i) {
-          const float d = buf.at(k, i) - mean;
-          sq += d * d;
+        for (int j = 0; j < N / 2; ++j) {
+          const float2 v = buf.at2(k, j);
+          const float d0 = v.x - mean, d1 = v.y - mean;
+          sq += d0 * d0;
+          sq += d1 * d1;
         }
       }
     }
@@ -137,14 +146,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(Adal
       if (p < packets) {
         P o;
 #pragma unroll
-        for (int i = 0; i < N; ++i) {
-          const float m = rstd * (1.f + to_float(ss[k].v[i]));
-          o.v[i] = from_float<T>((buf.at(k, i) - mean) * m + to_float(hs[k].v[i]));
+        for (int j = 0; j < N / 2; ++j) {
+          const float2 v = buf.at2(k, j), sc = get2(ss[k], j), sh = get2(hs[k], j);
+          const float m0 = rstd * (1.f + sc.x), m1 = rstd * (1.f + sc.y);
+          set2(o, j, (v.x - mean) * m0 + sh.x, (v.y - mean) * m1 + sh.y);
         }
         store_packet(out + p * N, o);
       }
     }
   }
+}
+
+template <typename T, int K, bool kResidual>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp) adaln_warp_kernel(AdalnArgs a) {
+  adaln_warp_body<T, K, kResidual>(a);
+}
+
+// The fused op at K <= 5 (H = 1152 in 16-bit types) fits 168 registers without spills (ptxas -v, sm_90):
+// 3 blocks per multiprocessor instead of 2 at its unconstrained ~183. A separate entry point because an
+// explicit minimum of 1 block also changes ptxas' choices (more registers) for the other instantiations.
+constexpr int kFusedMaxKFor3Blocks = 5;
+template <typename T, int K>
+__global__ void __launch_bounds__(kWarpsPerBlock * kWarp, 3) adaln_warp_kernel_3blocks(AdalnArgs a) {
+  adaln_warp_body<T, K, true>(a);
 }
 
 template <typename T, bool kResidual>
@@ -202,7 +226,11 @@ cudaError_t launch_warp(AdalnArgs a, cudaStream_t stream) {
   a.rows_per_warp = per_warp < 1 ? 1 : (per_warp > 16 ? 16 : per_warp);
   const int64_t warps = (a.rows + a.rows_per_warp - 1) / a.rows_per_warp;
   const int64_t blocks = (warps + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  adaln_warp_kernel<T, K, kResidual><<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(a);
+  if constexpr (kResidual && K <= kFusedMaxKFor3Blocks) {
+    adaln_warp_kernel_3blocks<T, K><<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(a);
+  } else {
+    adaln_warp_kernel<T, K, kResidual><<<static_cast<unsigned>(blocks), kWarpsPerBlock * kWarp, 0, stream>>>(a);
+  }
   return cudaGetLastError();
 }
 

@@ -1,6 +1,7 @@
 // Gated residual of a DiT block: out = x + gate[b] * y, x/y/out [B, N, H] contiguous, gate rows of H
 // with a batch stride. fp32 arithmetic, one rounding. Memory-bound: 16-byte packets, U packets per
-// thread in flight; a scalar kernel takes unaligned data.
+// thread in flight (all loads issued before any use), converted in pairs; a scalar kernel takes
+// unaligned data.
 #include "common.cuh"
 #include "ditgate_config.h"
 
@@ -35,7 +36,10 @@ __global__ void __launch_bounds__(kThreads) gated_residual_vec_kernel(const T* _
     if (idx < total) {
       P o;
 #pragma unroll
-      for (int i = 0; i < N; ++i) o.v[i] = from_float<T>(to_float(xs[u].v[i]) + to_float(gs[u].v[i]) * to_float(ys[u].v[i]));
+      for (int j = 0; j < N / 2; ++j) {
+        const float2 xv = get2(xs[u], j), gv = get2(gs[u], j), yv = get2(ys[u], j);
+        set2(o, j, xv.x + gv.x * yv.x, xv.y + gv.y * yv.y);
+      }
       store_packet(out + static_cast<int64_t>(idx) * N, o);
     }
   }
