@@ -7,6 +7,14 @@ labelled as such. Also measures the device copy bandwidth and the cache-hit load
 a new process. Bytes = tensors read + written once. Writes JSON with provenance to ``--out`` and prints
 a table last.
 
+The ``compile`` baseline is compiled afresh per case (``torch._dynamo.reset()``, a private copy of the
+reference's code object) after the other checks, checked without the poisoning dispatch mode, and its
+compiled graph counts its own runs: the JSON says per case whether the compiled code ran while it was
+timed, dynamo's counters, and flags a compile time within 1 % of eager as suspect. Why: dynamo skips a
+frame that runs under a non-infra ``TorchDispatchMode`` (``check_kernel``'s ``PoisonEmpty``), and before
+the fix for pytorch issue 190286 (torch 2.11 on the H200) it marked the code object SKIP for good, so
+every later call of the compiled reference ran eager (and a second shape compiled 0 graphs).
+
     python benchmarks/kernels_bench.py --out benchmarks/results
 """
 
@@ -20,6 +28,7 @@ import subprocess
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,12 +104,87 @@ def time_call(fn, args, *, label, backend, dtype, shapes):
 BASELINE_ATOL = {"bf16": 0.5, "fp16": 0.0625}
 
 
-def check(candidate, reference, make_inputs, label, atol=None):
+def check(candidate, reference, make_inputs, label, atol=None, poison_memory=True):
     from pytest_ditgate import check_kernel
 
-    report = check_kernel(candidate, reference, make_inputs, trials=3, seed=0, label=label, atol=atol)
+    report = check_kernel(candidate, reference, make_inputs, trials=3, seed=0, label=label, atol=atol,
+                          poison_memory=poison_memory)
     to_dict = getattr(report, "to_dict", None)
     return {"passed": True, "report": to_dict() if callable(to_dict) else str(report)}
+
+
+# ---- the torch.compile baseline ---------------------------------------------------------------------------
+#: |compile / eager - 1| below this: the compiled baseline may not be in effect (flagged, not dropped)
+SUSPECT_WITHIN = 0.01
+#: dynamo counter groups recorded per case (differences over the case)
+COUNTER_GROUPS = ("stats", "frames", "recompiles", "graph_break", "unimplemented")
+
+
+def private_copy(fn):
+    """``fn`` with its own code object: dynamo keeps caches and SKIP marks per code object, so nothing
+    another case (or an earlier call under a dispatch mode) did to ``fn``'s code can reach this copy."""
+    code = fn.__code__.replace()
+    copy = types.FunctionType(code, fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
+    copy.__kwdefaults__ = fn.__kwdefaults__
+    copy.__qualname__ = f"{fn.__qualname__}[compile baseline]"
+    return copy
+
+
+def counting_backend(runs, inner="inductor"):
+    """A dynamo backend that compiles with ``inner`` and counts each run of the compiled graph in
+    ``runs["graph_calls"]`` (the proof that timed calls executed compiled code, not an eager fallback)."""
+    from torch._dynamo import lookup_backend
+
+    compile_inner = lookup_backend(inner)
+
+    def backend(gm, example_inputs):
+        compiled = compile_inner(gm, example_inputs)
+        runs["graphs"] = runs.get("graphs", 0) + 1
+
+        def run(*args):  # dynamo calls a backend's result with the inputs as positional arguments
+            runs["graph_calls"] += 1
+            return compiled(*args)
+        return run
+
+    return backend
+
+
+def compile_baseline(reference, inner="inductor"):
+    """A fresh ``torch.compile`` of a private copy of ``reference`` (after ``torch._dynamo.reset()``) and
+    the dict its compiled graphs count their runs in."""
+    torch._dynamo.reset()
+    runs = {"graph_calls": 0, "graphs": 0}
+    return torch.compile(private_copy(reference), dynamic=False, backend=counting_backend(runs, inner)), runs
+
+
+def dynamo_counters():
+    """A plain copy of the dynamo counter groups worth recording."""
+    from torch._dynamo.utils import counters
+
+    return {group: dict(counters[group]) for group in COUNTER_GROUPS if group in counters}
+
+
+def counters_delta(before, after):
+    out = {}
+    for group, values in after.items():
+        base = before.get(group, {})
+        diff = {str(k): v - base.get(k, 0) for k, v in values.items()
+                if isinstance(v, (int, float)) and v != base.get(k, 0)}
+        if diff:
+            out[group] = diff
+    return out
+
+
+def compile_verdict(entry):
+    """Reasons to distrust the case's compile number (empty: it timed compiled code)."""
+    reasons = []
+    timed = entry.get("compile_graph_calls_timed")
+    if timed is not None and timed == 0:
+        reasons.append("the compiled graph did not run while compile was timed (eager fallback)")
+    c, e = entry.get("compile"), entry.get("eager")
+    if c and e and abs(c["median_ms"] / e["median_ms"] - 1) < SUSPECT_WITHIN:
+        reasons.append(f"compile within {SUSPECT_WITHIN:.0%} of eager")
+    return reasons
 
 
 # ---- cases --------------------------------------------------------------------------------------------
@@ -142,7 +226,7 @@ def make_case(op, dtype, shape):
     return make, fns, nbytes
 
 
-def run_case(op, dtype_name, shape_name, compiled, results, deadline):
+def run_case(op, dtype_name, shape_name, results, deadline, inner="inductor"):
     dtype, shape = DTYPES[dtype_name], SHAPES[shape_name]
     key = f"{op}/{dtype_name}/{'x'.join(map(str, shape))}"
     entry = results.setdefault(key, {"op": op, "dtype": dtype_name, "shape": list(shape)})
@@ -157,30 +241,39 @@ def run_case(op, dtype_name, shape_name, compiled, results, deadline):
         allowance = BASELINE_ATOL.get(dtype_name)
         entry["baseline_atol_allowance"] = allowance
         entry["check_eager"] = check(reference, reference, make, f"{key}:eager", atol=allowance)
+        runs = None
         if time.time() < deadline:
-            ckey = (op, dtype_name)
-            if ckey not in compiled:
-                # Each case compiles afresh: the references share code objects across dtypes and shapes, and
-                # dynamo's per-code-object recompile limit would otherwise silently fall back to eager.
-                torch._dynamo.reset()
-                compiled[ckey] = torch.compile(reference, dynamic=False)
-            fns["compile"] = compiled[ckey]
-            from torch._dynamo.utils import counters
-
-            before = counters["stats"]["unique_graphs"]
-            fns["compile"](*make(0))  # compile outside the checker's dispatch modes
+            # After every check that poisons: a fresh compile of a private code object, first called here.
+            counters_before = dynamo_counters()
+            fns["compile"], runs = compile_baseline(reference, inner)
+            fns["compile"](*make(0))
             torch.cuda.synchronize()
-            entry["compile_graphs"] = counters["stats"]["unique_graphs"] - before
-            entry["check_compile"] = check(fns["compile"], reference, make, f"{key}:compile", atol=allowance)
+            entry["compile_graphs"] = runs["graphs"]
+            entry["compile_backend"] = f"torch.compile(dynamic=False, backend={inner}) of a private code copy, " \
+                                       "after torch._dynamo.reset(); graph runs counted"
+            # No poisoning for the baseline: under check_kernel's dispatch mode dynamo runs the frame eager,
+            # so the check would judge eager code (and, before pytorch#190286's fix, disable compile for good).
+            calls = runs["graph_calls"]
+            entry["check_compile"] = check(fns["compile"], reference, make, f"{key}:compile", atol=allowance,
+                                           poison_memory=False)
+            entry["compile_graph_calls_checked"] = runs["graph_calls"] - calls
         else:
             entry["compile_skipped"] = "time budget spent"
         args = make(12345)
         for backend, fn in fns.items():
+            calls = runs["graph_calls"] if runs is not None else 0
             t = time_call(fn, args, label=f"{key}:{backend}", backend=backend, dtype=dtype_name, shapes=[list(shape)])
             t["TBps"] = nbytes / (t["median_ms"] * 1e-3) / 1e12
             entry[backend] = t
+            if backend == "compile":
+                entry["compile_graph_calls_timed"] = runs["graph_calls"] - calls
             print(f"  {key:44s} {backend:17s} {t['median_ms'] * 1e3:9.2f} us {t['TBps']:6.3f} TB/s  [{t['mechanism']}]",
                   flush=True)
+        if runs is not None:
+            entry["dynamo_counters"] = counters_delta(counters_before, dynamo_counters())
+            entry["compile_suspect"] = compile_verdict(entry)
+            if entry["compile_suspect"]:
+                print(f"  {key}: compile baseline SUSPECT: {'; '.join(entry['compile_suspect'])}", flush=True)
         del args
     except Exception as exc:  # noqa: BLE001 - one failing case must not lose the others
         entry["error"] = f"{type(exc).__name__}: {exc}"[:2000]
@@ -274,6 +367,7 @@ def table(results):
              f"{copy:.3f} TB/s" if copy else "copy bandwidth: n/a",
              f"{'case':42s} {'kernels us':>10s} {'TB/s':>6s} {'%copy':>6s} {'eager us':>9s} {'compile us':>10s} "
              f"{'vs compile':>10s}  timer"]
+    suspects = []
     for key, entry in results["cases"].items():
         if "error" in entry and "kernels" not in entry:
             lines.append(f"{key:42s} FAILED: {entry['error'][:80]}")
@@ -283,13 +377,19 @@ def table(results):
             continue
         pct = f"{100 * k['TBps'] / copy:5.1f}%" if copy else "   n/a"
         speed = f"{c['median_ms'] / k['median_ms']:9.2f}x" if c else "       n/a"
+        flag = "!" if entry.get("compile_suspect") else " "
+        if flag == "!":
+            suspects.append(f"  ! {key}: {'; '.join(entry['compile_suspect'])}")
         lines.append(f"{key:42s} {k['median_ms'] * 1e3:10.2f} {k['TBps']:6.3f} {pct:>6s} "
                      f"{(e['median_ms'] * 1e3 if e else float('nan')):9.2f} "
-                     f"{(c['median_ms'] * 1e3 if c else float('nan')):10.2f} {speed}  {k['mechanism']}")
+                     f"{(c['median_ms'] * 1e3 if c else float('nan')):9.2f}{flag} {speed}  {k['mechanism']}")
         two = entry.get("kernels-2-launch")
         if two:
             lines.append(f"{'  (residual + layernorm_modulate, 2 launches)':42s} {two['median_ms'] * 1e3:10.2f} "
                          f"{two['TBps']:6.3f}")
+    if suspects:
+        lines.append("compile numbers marked ! are suspect (see compile_suspect in the JSON):")
+        lines.extend(suspects)
     load = results.get("cache_hit_load", {})
     lines.append(f"cache-hit load of a compiled module in a new process: {load.get('median_ms')} ms (target < 50)")
     return "\n".join(lines)
@@ -315,7 +415,6 @@ def main(argv=None) -> int:
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     if hasattr(torch._dynamo.config, "fail_on_recompile_limit_hit"):
         torch._dynamo.config.fail_on_recompile_limit_hit = True
-    compiled = {}
     plan = []
     for dtype in dtypes:
         shapes = ["small", "large"] if dtype == "bf16" else ["large"]
@@ -323,7 +422,7 @@ def main(argv=None) -> int:
             for op in ("layernorm_modulate", "gated_residual", "gated_residual_layernorm_modulate"):
                 plan.append((op, dtype, shape))
     for op, dtype, shape in plan:
-        run_case(op, dtype, shape, compiled, results["cases"], started + args.budget_s)
+        run_case(op, dtype, shape, results["cases"], started + args.budget_s)
         torch.cuda.empty_cache()
     results["seconds"] = time.time() - started
     out = Path(args.out)
