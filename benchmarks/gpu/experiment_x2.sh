@@ -7,7 +7,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/ditgate-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-SELECT=${SELECT:-"xl_candidate_forward or xl-ddim-10"}
+SELECT=${SELECT:-"xl_candidate_forward or xl_candidate_versus or xl-ddim-10"}
 CHANGE=${CHANGE:-"s/cuda_graphs=False)/cuda_graphs=True)/"}
 XDIST_TESTS=${XDIST_TESTS:-"tests/gates/test_device_gate.py tests/gates/test_correctness_gpu.py"}
 if [ -d .whl ]; then

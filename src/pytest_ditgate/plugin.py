@@ -27,6 +27,7 @@ WHEN_ENABLED = ("pytest_ditgate.environment", "pytest_ditgate.gpus", "pytest_dit
 FIXTURE_PROVIDERS: tuple[str, ...] = (
     "pytest_ditgate.fixtures",
     "pytest_ditgate.verdict.candidate",
+    "pytest_ditgate.verdict.lane",
     "pytest_ditgate.quality.quality_plugin",
     "pytest_ditgate.correctness.plugin",
     "pytest_ditgate.bench.plugin",

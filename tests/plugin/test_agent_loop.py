@@ -69,13 +69,17 @@ class Model(torch.nn.Module):
 def build():
     return Model()
 
-def candidate(x):
-    y = x
-    for _ in range(REPEAT):
-        y = torch.tanh(x)
-    if QUANTIZE:
-        y = torch.round(y * 64) / 64
-    return y
+def make(repeat, quantize=False):
+    def run(x):
+        y = x
+        for _ in range(repeat):
+            y = torch.tanh(x)
+        if quantize:
+            y = torch.round(y * 64) / 64
+        return y
+    return run
+
+candidate = make(REPEAT, QUANTIZE)
 """
 
 GATE = """
@@ -96,6 +100,17 @@ def test_quality(quality_gate, ditgate_candidate):
 
 def test_speed(ditbench):
     ditbench.pair(candidate, reference, data(), min_speedup=-1e6)  # the lane's best decides, not a fixed threshold
+
+
+def test_versus_lane_best(ditbench, ditgate_lane):
+    import pytest
+    from candidate import work
+    ditgate_lane.record_config({"repeat": work.REPEAT, "quantize": work.QUANTIZE})
+    best = ditgate_lane.best_config
+    if best is None:
+        pytest.skip("no lane best with a configuration to re-measure yet")
+    ditbench.pair(candidate, work.make(best["repeat"], best["quantize"]), data(), min_speedup=-1e6,
+                  labels=("candidate", "lane-best"))
 """
 
 
@@ -185,12 +200,14 @@ def test_agent_loop_end_to_end(tmp_path: Path) -> None:
     best = json.loads(best_files[0].read_text())
     assert best["objective"]["ratio"] < first_best * 0.6
     assert best["comparisons"] and best["comparisons"][0]["comparison"]["a"]["samples_ms"]
+    assert best["candidate_config"] == {"repeat": 4, "quantize": False}
+    assert "re-measured lane best" in kept.stdout  # judged against the best measured in the same run
 
     # slower again: DISCARD (performance), reset to the best
     repo.candidate(repeat=24)
     slower = attempt("exact", "redo the passes")
     assert slower.returncode == 11, slower.stdout[-4000:]
-    assert "not faster than the lane best" in slower.stdout
+    assert "not faster than the lane best: candidate / re-measured lane best" in slower.stdout
     assert repo.run(reset).returncode == 0
 
     # claims numerical but holds int8 weights: judged as quantization, fails zero-regression quality

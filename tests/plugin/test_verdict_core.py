@@ -104,3 +104,19 @@ def test_classification_is_checked_not_trusted() -> None:
     assert classify("quantization").effective == "quantization"  # a stricter claim stands
     with pytest.raises(ValueError):
         classify("magic")
+
+
+def test_remeasured_best_decides_over_the_recorded_ratio() -> None:
+    from pytest_ditgate.verdict.objective import beats_best, combine
+
+    objective = {"ratio": 0.50, "ci_low": 0.48, "ci_high": 0.52}
+    lucky_best = {"objective": {"ratio": 0.45}, "commit": "abc"}
+    # against the lucky recorded ratio the candidate loses ...
+    assert beats_best(objective, lucky_best)[0] is False
+    # ... but measured side by side in this run it is clearly faster than the best's configuration
+    remeasured = combine([{"ratio": 0.9, "ci_low": 0.88, "ci_high": 0.92}])
+    ok, why = beats_best(objective, lucky_best, remeasured=remeasured)
+    assert ok and "re-measured lane best = 0.9000" in why
+    slower = combine([{"ratio": 1.01, "ci_low": 0.97, "ci_high": 1.05}])
+    assert beats_best(objective, lucky_best, remeasured=slower)[0] is False
+    assert beats_best(objective, None)[0] is True

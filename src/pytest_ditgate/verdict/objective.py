@@ -32,10 +32,22 @@ def combine(comparisons: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
-def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_improvement: float = 0.0) -> tuple[bool, str]:
-    """Whether the candidate is confidently faster than the lane's best (the first run of a lane always is)."""
+def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_improvement: float = 0.0,
+               remeasured: dict[str, Any] | None = None) -> tuple[bool, str]:
+    """Whether the candidate is confidently faster than the lane's best (the first run of a lane always is).
+
+    ``remeasured`` (candidate / best measured side by side in this run) decides when present: a best
+    recorded from one lucky run cannot hold the lane hostage. Otherwise the candidate's ratio to the
+    baseline implementation is compared with the best's recorded ratio.
+    """
     if best is None:
         return True, "first result on this lane and arch"
+    if remeasured is not None:
+        bound = 1.0 - min_improvement
+        verdict = remeasured["ci_high"] < bound
+        text = (f"candidate / re-measured lane best = {remeasured['ratio']:.4f} (CI {remeasured['ci_low']:.4f}.."
+                f"{remeasured['ci_high']:.4f}, same run)")
+        return verdict, (f"{text} beats the best" if verdict else f"not faster than the lane best: {text}")
     best_ratio = float(best["objective"]["ratio"])
     bound = best_ratio * (1.0 - min_improvement)
     if objective["ci_high"] < bound:

@@ -18,6 +18,7 @@ from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.options import OptionSpec
+from pytest_ditgate.verdict.lane import CONFIG_PROPERTY, LANE_BEST_LABEL
 
 LANE = OptionSpec("--ditgate-lane", "experiment lane: judge this run as a candidate in that lane (speed vs the "
                   "lane's best, quality vs the frozen baseline) and append it to the ledger")
@@ -52,6 +53,7 @@ class ExperimentSession:
         self.project = load_project_config(config.rootpath)
         self.outcomes: dict[str, Any] = {}
         self.comparisons: list[dict[str, Any]] = []
+        self.candidate_config: dict[str, Any] = {}
         self.class_evidence: list[str] = []
         self.quality: list[dict[str, Any]] = []
         self.peak_memory: int | None = None
@@ -67,6 +69,8 @@ class ExperimentSession:
         for key, value in report.user_properties:
             if key == COMPARISON_PROPERTY and report.when == "call":
                 self.comparisons.append(dict(value, name=value.get("name") or report.nodeid))
+            elif key == CONFIG_PROPERTY and report.when == "call":
+                self.candidate_config.update(value)
             elif key == CLASS_EVIDENCE_PROPERTY and report.when == "call":
                 self.class_evidence.extend(str(v) for v in value)
             elif key == PEAK_MEMORY_PROPERTY and report.when == "call":
@@ -131,7 +135,8 @@ class ExperimentSession:
         declared = declared_class(self.config)
         classification = classify(declared, quantization=[e for e in self.class_evidence if e.startswith("quant:")],
                                   approximation=[e for e in self.class_evidence if e.startswith("approx:")])
-        objective = combine(self.comparisons)
+        versus_best = [c for c in self.comparisons if _is_versus_best(c)]
+        objective = combine([c for c in self.comparisons if not _is_versus_best(c)])
         arch = _arch(self)
         root = self.context.artefact_dir
         best = None
@@ -140,7 +145,8 @@ class ExperimentSession:
         except ValueError as exc:
             self.session_problems.append((Category.INTEGRITY, str(exc)))
         if objective is not None and self.lane:
-            better, why = beats_best(objective, best, min_improvement=self.min_improvement)
+            better, why = beats_best(objective, best, min_improvement=self.min_improvement,
+                                     remeasured=combine(versus_best))
             objective["vs_best"] = why
             if not better:
                 self.session_problems.append((Category.PERFORMANCE, why))
@@ -157,6 +163,7 @@ class ExperimentSession:
             "classification": {"declared": declared, "effective": classification.effective,
                                "evidence": list(classification.evidence)},
             "comparisons": self.comparisons, "quality": self.quality, "best_before": best,
+            "candidate_config": self.candidate_config or None,
             "peak_memory_bytes": self.peak_memory, "description": self.description,
             "changed_paths": getattr(self, "changed", None), "environment": environment, "notes": self.notes,
         }
@@ -177,6 +184,7 @@ class ExperimentSession:
                 if self.verdict.label == "keep" and objective is not None:
                     store_best(root, self.lane, arch, {"objective": objective, "commit": commit,
                                                        "time_utc": detail["time_utc"], "environment": environment,
+                                                       "candidate_config": self.candidate_config or None,
                                                        "comparisons": self.full_comparisons()})
             except OSError as exc:
                 self.notes.append(f"could not write the ledger under {root}: {exc}")
@@ -241,6 +249,10 @@ class ExperimentSession:
             terminalreporter.write_line(f"  - {reason}")
         for note in self.notes:
             terminalreporter.write_line(f"note: {note}")
+
+
+def _is_versus_best(comparison: dict[str, Any]) -> bool:
+    return str(comparison.get("name", "")).endswith(f"/ {LANE_BEST_LABEL}")
 
 
 def _arch(experiment: ExperimentSession) -> str:

@@ -20,15 +20,36 @@ XL = pytest.mark.requires_gpu(bf16=True, min_memory_gb=20, why="DiT-XL/2 candida
 _cache: dict[tuple, object] = {}
 
 
-def candidate_model(baseline, device_type: str):
-    """The baseline ``DitModel`` with its transformer replaced by the candidate (built once per config)."""
+def candidate_model(baseline, device_type: str, options=None):
+    """The baseline ``DitModel`` with its transformer replaced by the fast one (built once per options)."""
     from dit_impl.fast.candidate import options_for
     from dit_impl.fast.sampling import fast_model
 
-    key = ("candidate", baseline.config.name, device_type)
+    options = options or options_for(device_type)
+    key = ("candidate", baseline.config.name, device_type, options)
     if key not in _cache:
-        _cache[key] = fast_model(baseline, options_for(device_type))
+        _cache[key] = fast_model(baseline, options)
     return _cache[key]
+
+
+def versus_lane_best(ditbench, ditgate_lane, baseline, device_type: str, args) -> None:
+    """Re-measure the lane's best configuration side by side with the candidate (no winner's curse)."""
+    from dit_impl.fast.candidate import options_for
+    from dit_impl.fast.options import FastOptions
+
+    ditgate_lane.record_config({"fast_options": options_for("cuda").label()})
+    recorded = (ditgate_lane.best_config or {}).get("fast_options")
+    if recorded is None:
+        pytest.skip("no lane best with a recorded configuration to re-measure yet")
+    best_options = FastOptions.parse(recorded)
+    if device_type != "cuda":
+        best_options = best_options.replace(dtype="float32", cuda_graphs=False, gelu_epilogue=False,
+                                            adaln="torch", compile="off", sdpa="math")
+    best = candidate_model(baseline, device_type, best_options)
+    model = candidate_model(baseline, device_type)
+    ditbench.pair(forward(model.transformer), forward(best.transformer), *args, min_speedup=-1e6,
+                  labels=("candidate", "lane-best"), **({"mechanism": "events", "budget_ms": 1500}
+                                                         if device_type == "cuda" else {}))
 
 
 def xl_baseline():
@@ -97,6 +118,14 @@ def test_tiny_candidate_forward_speed(tiny_model, ditbench) -> None:
                       labels=("candidate", "diffusers"))
 
 
+def test_tiny_candidate_versus_lane_best(tiny_model, ditbench, ditgate_lane) -> None:
+    import torch
+
+    with torch.no_grad():
+        versus_lane_best(ditbench, ditgate_lane, tiny_model, "cpu",
+                         forward_inputs(tiny_model.config, 16, "cpu", torch.float32))
+
+
 @XL
 def test_xl_candidate_quality(xl_case, golden, quality_gate, ditgate_candidate) -> None:
     judge(xl_case, candidate_model(xl_baseline(), "cuda"), golden, quality_gate, ditgate_candidate, "cuda",
@@ -113,3 +142,13 @@ def test_xl_candidate_forward_speed(ditbench) -> None:
         args = forward_inputs(baseline.config, 16, "cuda", torch.bfloat16)
         ditbench.pair(forward(model.transformer), forward(baseline.transformer), *args, min_speedup=-1e6,
                       mechanism="events", budget_ms=1500, labels=("candidate", "diffusers"))
+
+
+@XL
+def test_xl_candidate_versus_lane_best(ditbench, ditgate_lane) -> None:
+    import torch
+
+    baseline = xl_baseline()
+    with torch.no_grad():
+        versus_lane_best(ditbench, ditgate_lane, baseline, "cuda",
+                         forward_inputs(baseline.config, 16, "cuda", torch.bfloat16))
