@@ -1,0 +1,90 @@
+"""kernels_bench's torch.compile baseline on the host: it runs compiled code, survives the state that made the
+H200's compile column equal eager, and flags a baseline that is not in effect.
+
+The H200 (torch 2.11) state is recreated by marking the reference's code object SKIP, which is what dynamo
+did there after ``check_kernel`` called the compiled reference under its poisoning dispatch mode.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels_bench.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("kernels_bench_under_test", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _inputs(seed: int, shapes=((2, 4, 32), (2, 32), (2, 32))):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(*shape, generator=g) for shape in shapes)
+
+
+def _residual_inputs(seed: int):
+    return _inputs(seed, ((2, 4, 32), (2, 32), (2, 4, 32)))  # x, gate, y
+
+
+def _mark_skip(code) -> None:
+    eval_frame = pytest.importorskip("torch._C._dynamo.eval_frame")
+    if not hasattr(eval_frame, "set_code_exec_strategy"):
+        pytest.skip("this torch cannot set a code object's dynamo strategy")
+    from torch._dynamo.types import FrameAction, FrameExecStrategy
+
+    eval_frame.set_code_exec_strategy(code, FrameExecStrategy(FrameAction.SKIP, FrameAction.DEFAULT))
+
+
+def test_compiled_baseline_runs_compiled_code_even_when_the_reference_code_is_marked_skip(bench) -> None:
+    from kernels import reference as ref
+
+    torch._dynamo.reset()
+    try:
+        _mark_skip(ref.layernorm_modulate_ref.__code__)
+        naive_runs = {"graph_calls": 0, "graphs": 0}
+        naive = torch.compile(ref.layernorm_modulate_ref, dynamic=False,
+                              backend=bench.counting_backend(naive_runs, "eager"))
+        naive(*_inputs(0))
+        assert naive_runs == {"graph_calls": 0, "graphs": 0}  # the H200 failure: silently eager
+
+        fn, runs = bench.compile_baseline(ref.layernorm_modulate_ref, "eager")
+        out = fn(*_inputs(1))
+        fn(*_inputs(2))
+        assert runs == {"graph_calls": 2, "graphs": 1}
+        torch.testing.assert_close(out, ref.layernorm_modulate_ref(*_inputs(1)))
+    finally:
+        torch._dynamo.reset()
+
+
+def test_the_unpoisoned_check_exercises_the_compiled_graph_and_the_poisoned_one_does_not(bench) -> None:
+    from kernels import reference as ref
+
+    fn, runs = bench.compile_baseline(ref.gated_residual_ref, "eager")
+    try:
+        fn(*_residual_inputs(0))
+        before = runs["graph_calls"]
+        bench.check(fn, ref.gated_residual_ref, _residual_inputs, "poisoned")
+        assert runs["graph_calls"] == before  # under the dispatch mode dynamo ran the frame eager
+        bench.check(fn, ref.gated_residual_ref, _residual_inputs, "plain", poison_memory=False)
+        assert runs["graph_calls"] > before
+    finally:
+        torch._dynamo.reset()
+
+
+@pytest.mark.parametrize("entry, expected", [
+    ({"compile_graph_calls_timed": 40, "compile": {"median_ms": 1.0}, "eager": {"median_ms": 2.0}}, []),
+    ({"compile_graph_calls_timed": 0, "compile": {"median_ms": 1.0}, "eager": {"median_ms": 2.0}},
+     ["the compiled graph did not run while compile was timed (eager fallback)"]),
+    ({"compile_graph_calls_timed": 40, "compile": {"median_ms": 2.219}, "eager": {"median_ms": 2.2139}},
+     ["compile within 1% of eager"]),
+])
+def test_compile_verdict_flags_a_baseline_not_in_effect(bench, entry, expected) -> None:
+    assert bench.compile_verdict(entry) == expected
