@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import tempfile
 import time
@@ -29,35 +28,16 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
 
-def timer(device: Any) -> tuple[str, Callable[[Callable[[], Any], int, int], list[float]]]:
-    import torch
+def timer(device: Any) -> tuple[str, Callable[[Callable[[], Any], int, int], Any]]:
+    """``pytest_ditgate.measure`` per call: CUDA events on a GPU (metrics sync inside), the host clock on CPU."""
+    from pytest_ditgate import measure
 
-    if device.type == "cuda":
-        def run(fn: Callable[[], Any], warmup: int, reps: int) -> list[float]:
-            for _ in range(warmup):
-                fn()
-            torch.cuda.synchronize()
-            samples = []
-            for _ in range(reps):
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                fn()
-                end.record()
-                end.synchronize()
-                samples.append(start.elapsed_time(end))
-            return samples
-        return "cuda_events (per call, after warm-up; includes host overhead and syncs inside the metric)", run
+    mechanism = "events" if device.type == "cuda" else "wall"
 
-    def run_cpu(fn: Callable[[], Any], warmup: int, reps: int) -> list[float]:
-        for _ in range(warmup):
-            fn()
-        samples = []
-        for _ in range(reps):
-            start = time.perf_counter()
-            fn()
-            samples.append((time.perf_counter() - start) * 1e3)
-        return samples
-    return "wall (time.perf_counter)", run_cpu
+    def run(fn: Callable[[], Any], warmup: int, reps: int) -> Any:
+        return measure(fn, mechanism=mechanism, warmup=warmup, reps=reps)
+
+    return f"pytest_ditgate.measure(mechanism={mechanism!r})", run
 
 
 def save_random_weights(folder: Path) -> dict[str, str]:
@@ -143,10 +123,10 @@ def main() -> int:
             load_start = time.perf_counter()
             fn()  # first call: loads models, compiles nothing, fills caches
             first_ms = (time.perf_counter() - load_start) * 1e3
-            samples = run(fn, 3, args.reps)
-            results[name] = {"median_ms": statistics.median(samples), "min_ms": min(samples),
-                             "max_ms": max(samples), "stdev_ms": statistics.pstdev(samples), "n": len(samples),
-                             "first_call_ms": first_ms, "samples_ms": samples}
+            m = run(fn, 3, args.reps)
+            results[name] = {"median_ms": m.median_ms, "min_ms": m.min_ms, "max_ms": m.max_ms, "stdev_ms": m.stdev_ms,
+                             "cv": m.cv, "n": m.n, "mechanism": m.mechanism, "first_call_ms": first_ms,
+                             "samples_ms": list(m.samples_ms)}
         except Exception as exc:
             results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
 
