@@ -58,6 +58,7 @@ class ExperimentSession:
         self.quality: list[dict[str, Any]] = []
         self.peak_memory: int | None = None
         self.session_problems: list[tuple[Any, str]] = []
+        self.changed: list[str] | None = None
         self.verdict = None
         self.notes: list[str] = []
 
@@ -165,7 +166,7 @@ class ExperimentSession:
             "comparisons": self.comparisons, "quality": self.quality, "best_before": best,
             "candidate_config": self.candidate_config or None,
             "peak_memory_bytes": self.peak_memory, "description": self.description,
-            "changed_paths": getattr(self, "changed", None), "environment": environment, "notes": self.notes,
+            "changed_paths": self.changed, "environment": environment, "notes": self.notes,
         }
         if self.lane:
             row = {
@@ -327,4 +328,17 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
         evidence = take_unsent_evidence(item.config)
         if evidence:
             report.user_properties.append((CLASS_EVIDENCE_PROPERTY, evidence))
+        peak = _peak_device_memory()
+        if peak:
+            report.user_properties.append((PEAK_MEMORY_PROPERTY, peak))
     return report
+
+
+def _peak_device_memory() -> int | None:
+    """This process's peak CUDA memory so far (None when it never used CUDA; torch is never imported here)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return None
+    return int(torch.cuda.max_memory_allocated())
