@@ -255,3 +255,29 @@ def test_timer_integrity_first_imported_under_a_patch_does_not_adopt_it() -> Non
         "assert tampered_timers() == [], tampered_timers()\n"
     )
     subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
+
+
+def test_a_compiled_candidate_is_checked_as_compiled_code() -> None:
+    """The poisoning dispatch mode must not push a torch.compile'd candidate back to eager."""
+    import torch
+
+    from pytest_ditgate import check_kernel
+
+    runs: list[int] = []
+
+    def counting_backend(graph_module, example_inputs):  # noqa: ANN001 - dynamo's backend signature
+        def run(*args):
+            runs.append(1)
+            return graph_module.forward(*args)
+        return run
+
+    def gelu_tanh(x):
+        return torch.nn.functional.gelu(x, approximate="tanh")
+
+    compiled = torch.compile(gelu_tanh, backend=counting_backend)
+
+    def make_inputs(seed):
+        return (torch.randn(64, 33, generator=torch.Generator().manual_seed(seed)),)
+
+    check_kernel(compiled, gelu_tanh, make_inputs, trials=2)
+    assert len(runs) >= 4, f"the compiled graph ran {len(runs)} times: the candidate was checked as eager code"

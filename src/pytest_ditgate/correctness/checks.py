@@ -178,7 +178,8 @@ class _Run:
             poison.poison_free_memory(devices, sizes)
             for buffer in outs:
                 poison.fill_poison(buffer)
-        mode = poison.PoisonEmpty() if self.poison_memory else contextlib.nullcontext()
+        use_mode = self.poison_memory and (poison.MODE_LETS_COMPILED_CODE_RUN or not poison.looks_compiled(self.candidate))
+        mode = poison.PoisonEmpty() if use_mode else contextlib.nullcontext()
         try:
             with mode:
                 result = self.candidate(*args, **kwargs)

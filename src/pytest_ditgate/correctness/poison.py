@@ -36,11 +36,30 @@ def fill_poison(tensor: torch.Tensor) -> None:
 class PoisonEmpty(TorchDispatchMode):
     """While active, every uninitialised allocation through the dispatcher comes back poisoned."""
 
+    @classmethod
+    def ignore_compile_internals(cls) -> bool:
+        """Let ``torch.compile``d candidates run their compiled code under this mode.
+
+        Otherwise dynamo skips any frame under an active dispatch mode, so a compiled candidate would be
+        checked as eager code (and, before torch's fix for that skip, stay eager for the whole process).
+        Buffers the compiled code allocates are still covered by the poisoned free memory.
+        """
+        return True
+
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
         out = func(*args, **(kwargs or {}))
         if func.overloadpacket.__name__ in _EMPTY_OPS and isinstance(out, torch.Tensor):
             fill_poison(out)
         return out
+
+
+#: whether this torch honours ``ignore_compile_internals`` (else compiled candidates run without the mode)
+MODE_LETS_COMPILED_CODE_RUN = "ignore_compile_internals" in vars(TorchDispatchMode)
+
+
+def looks_compiled(candidate: object) -> bool:
+    """A ``torch.compile``d function or module (dynamo keeps the original callable on the wrapper)."""
+    return hasattr(candidate, "_torchdynamo_orig_callable") or type(candidate).__name__ == "OptimizedModule"
 
 
 def poison_free_memory(devices: Iterable[torch.device], sizes: Iterable[int], copies: int = 2) -> None:
