@@ -64,7 +64,8 @@ def test_compiled_baseline_runs_compiled_code_even_when_the_reference_code_is_ma
         torch._dynamo.reset()
 
 
-def test_the_unpoisoned_check_exercises_the_compiled_graph_and_the_poisoned_one_does_not(bench) -> None:
+def test_both_checks_exercise_the_compiled_graph(bench) -> None:
+    """The poisoning dispatch mode ignores compile internals, so even the poisoned check runs compiled code."""
     from kernels import reference as ref
 
     fn, runs = bench.compile_baseline(ref.gated_residual_ref, "eager")
@@ -72,9 +73,10 @@ def test_the_unpoisoned_check_exercises_the_compiled_graph_and_the_poisoned_one_
         fn(*_residual_inputs(0))
         before = runs["graph_calls"]
         bench.check(fn, ref.gated_residual_ref, _residual_inputs, "poisoned")
-        assert runs["graph_calls"] == before  # under the dispatch mode dynamo ran the frame eager
+        after_poisoned = runs["graph_calls"]
+        assert after_poisoned > before
         bench.check(fn, ref.gated_residual_ref, _residual_inputs, "plain", poison_memory=False)
-        assert runs["graph_calls"] > before
+        assert runs["graph_calls"] > after_poisoned
     finally:
         torch._dynamo.reset()
 
