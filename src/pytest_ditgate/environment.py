@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import datetime as _dt
-import platform
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from pytest_ditgate import __version__, toolchain
 from pytest_ditgate.context import get_context
-from pytest_ditgate.device import DeviceInfo
+
+if TYPE_CHECKING:
+    from pytest_ditgate.device import DeviceInfo
 
 ENVIRONMENT_FILE = "environment.json"
 PACKAGES = ("torch", "triton", "diffusers", "torchmetrics", "lpips", "open-clip-torch", "nvidia-ml-py",
@@ -35,6 +36,8 @@ def git_commit(cwd: str | Path | None = None) -> str | None:
 
 def environment_record(device: DeviceInfo, *, real: DeviceInfo | None = None, cwd: str | Path | None = None) -> dict[str, Any]:
     """Everything a number needs to be reproduced: device, versions, host, commit, time."""
+    import platform
+
     record: dict[str, Any] = {
         "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "ditgate": __version__,

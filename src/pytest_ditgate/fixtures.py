@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_ditgate.context import get_context
-from pytest_ditgate.device import DeviceInfo
+
+if TYPE_CHECKING:
+    from pytest_ditgate.device import DeviceInfo
 
 
 @pytest.fixture(scope="session")
-def ditgate_device(pytestconfig: pytest.Config) -> DeviceInfo:
+def ditgate_device(pytestconfig: pytest.Config) -> "DeviceInfo":
     """The device skip decisions use (the profile in force, or the detected device)."""
     return get_context(pytestconfig).device()
 

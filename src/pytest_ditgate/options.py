@@ -87,6 +87,22 @@ def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
     return raw
 
 
+def positive_int(text: str) -> int:
+    """``type=`` parser: an integer >= 1."""
+    value = int(text)
+    if value < 1:
+        raise ValueError(f"must be >= 1, got {value}")
+    return value
+
+
+def positive_float(text: str) -> float:
+    """``type=`` parser: a number > 0."""
+    value = float(text)
+    if value <= 0:
+        raise ValueError(f"must be > 0, got {value}")
+    return value
+
+
 ENABLE = OptionSpec("--ditgate", "turn the ditgate gates on (without it gate tests are skipped)", kind="bool")
 TARGET = OptionSpec(
     "--ditgate-target",

@@ -1,9 +1,11 @@
 """pytest entry point (``pytest11: ditgate``): options, markers and the registration of each concern.
 
-Only the standard library and pytest are imported here and in every module it imports at load time:
-an installed plugin must not make pytest runs that never use a gate pay for torch or NVML.
-Each concern (skipping, environment, correctness, timing, golden store, verdict) is its own plugin
-module, registered in ``pytest_configure``; modules that contribute options list them as ``OPTIONS``.
+Every pytest run in an environment with the plugin installed pays for what this module imports, so it
+imports only the standard library, pytest, and small option-declaring modules. Each concern (skipping,
+environment, correctness, timing, golden store, quality, verdict) is its own plugin module; those that
+only matter when the gates are on are imported and registered in ``pytest_configure`` under
+``--ditgate`` alone. Gate tests are skipped with a reason when the gates are off, before any of their
+fixtures would be looked up.
 """
 
 from __future__ import annotations
@@ -18,20 +20,29 @@ from pytest_ditgate.context import DitgateContext
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.keys import context_key
 
-#: concern plugins registered in every run (they stay cheap: no heavy imports, gates check ``enabled``)
+#: light modules declaring each concern's options (``OPTIONS``), imported at every pytest start
+OPTION_MODULES = (
+    "pytest_ditgate.correctness.options",
+    "pytest_ditgate.bench.options",
+    "pytest_ditgate.golden.options",
+    "pytest_ditgate.quality.options",
+    "pytest_ditgate.verdict.options",
+)
+#: concern plugins registered in every run (cheap: marker validation, the gates-off skip)
 ALWAYS = ("pytest_ditgate.skipping",)
 #: concern plugins registered only when the gates are on (``--ditgate``)
-WHEN_ENABLED = ("pytest_ditgate.environment", "pytest_ditgate.gpus", "pytest_ditgate.verdict.plugin")
-#: concern plugins that provide fixtures and options; registered always so that their fixtures resolve
-#: (gate tests using them are skipped when the gates are off)
-FIXTURE_PROVIDERS: tuple[str, ...] = (
+WHEN_ENABLED = (
+    "pytest_ditgate.environment",
+    "pytest_ditgate.gpus",
     "pytest_ditgate.fixtures",
     "pytest_ditgate.verdict.candidate",
     "pytest_ditgate.verdict.lane",
+    "pytest_ditgate.verdict.plugin",
     "pytest_ditgate.quality.quality_plugin",
     "pytest_ditgate.correctness.plugin",
     "pytest_ditgate.bench.plugin",
-    "pytest_ditgate.golden.golden_plugin", "pytest_ditgate.golden.fixed_paths",
+    "pytest_ditgate.golden.golden_plugin",
+    "pytest_ditgate.golden.fixed_paths",
 )
 
 
@@ -39,10 +50,14 @@ def _modules(names: tuple[str, ...]) -> list[ModuleType]:
     return [importlib.import_module(name) for name in names]
 
 
+def concern_options() -> list[options.OptionSpec]:
+    """Every concern's option specs (not the core ones)."""
+    return [spec for module in _modules(OPTION_MODULES) for spec in module.OPTIONS]
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser, options.CORE_OPTIONS)
-    for module in _modules(ALWAYS + WHEN_ENABLED + FIXTURE_PROVIDERS):
-        options.add_options(parser, getattr(module, "OPTIONS", ()))
+    options.add_options(parser, concern_options())
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,12 +67,22 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", line)
     context = DitgateContext.from_config(config)
     config.stash[context_key] = context
-    names = ALWAYS + FIXTURE_PROVIDERS + (WHEN_ENABLED if context.enabled else ())
+    if not context.enabled:
+        _refuse_gate_flags_without_gates(config)
+    names = ALWAYS + (WHEN_ENABLED if context.enabled else ())
     for module in _modules(names):
         if not config.pluginmanager.is_registered(module):
             config.pluginmanager.register(module, module.__name__)
     if context.target:
         _check_target(context)
+
+
+def _refuse_gate_flags_without_gates(config: pytest.Config) -> None:
+    """A gate flag on the command line without ``--ditgate`` would silently do nothing: say so instead."""
+    given = [spec.flag for spec in concern_options() if config.getoption(spec.dest, default=None) not in (None, False)]
+    if given:
+        verb = "needs" if len(given) == 1 else "need"
+        raise pytest.UsageError(f"{', '.join(given)} {verb} --ditgate (the gates are off without it)")
 
 
 def _check_target(context: DitgateContext) -> None:

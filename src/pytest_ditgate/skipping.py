@@ -7,13 +7,16 @@ None) and the hooks only act on it, like pytest's own ``skipping.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pytest
 
 from pytest_ditgate.context import GATE_FIXTURES, GATE_MARKERS, OFF_REASON, get_context
-from pytest_ditgate.device import DeviceInfo
 from pytest_ditgate.errors import DitgateUsageError
-from pytest_ditgate.requirements import Requirements, parse_requirements, skip_reason
+
+if TYPE_CHECKING:
+    from pytest_ditgate.device import DeviceInfo
+    from pytest_ditgate.requirements import Requirements
 
 MARKER_DOCS = (
     "requires_gpu(cc=None, min_memory_gb=None, bf16=False, fp8=False, tf32=False, sdpa=(), gpus=1, "
@@ -28,13 +31,20 @@ class Skip:
     reason: str
 
 
-def item_requirements(item: pytest.Item) -> list[Requirements]:
+def item_requirements(item: pytest.Item) -> list["Requirements"]:
     """Every ``requires_gpu`` marker on ``item``, parsed (raises DitgateUsageError on a bad one)."""
-    return [parse_requirements(mark.args, dict(mark.kwargs)) for mark in item.iter_markers("requires_gpu")]
+    marks = list(item.iter_markers("requires_gpu"))
+    if not marks:
+        return []
+    from pytest_ditgate.requirements import parse_requirements
+
+    return [parse_requirements(mark.args, dict(mark.kwargs)) for mark in marks]
 
 
-def evaluate_device_marks(item: pytest.Item, device: DeviceInfo) -> Skip | None:
+def evaluate_device_marks(item: pytest.Item, device: "DeviceInfo") -> Skip | None:
     """The skip decision for ``item`` on ``device``: the first unmet marker's reason, or None."""
+    from pytest_ditgate.requirements import skip_reason
+
     for requirement in item_requirements(item):
         reason = skip_reason(requirement, device)
         if reason is not None:

@@ -76,7 +76,7 @@ def test_compare_refuses_across_provenance(field: str, value: str) -> None:
 
 
 def test_ledger_best_is_per_arch_and_ratio(tmp_path) -> None:
-    from pytest_ditgate.bench.compare import Comparison
+    from pytest_ditgate.bench.comparison import Comparison
 
     ledger = Ledger(tmp_path / "bench.jsonl")
     for arch, ratio in (("sm_90", 0.8), ("sm_90", 0.7), ("sm_86", 0.5)):

@@ -66,3 +66,22 @@ def test_importing_the_plugin_imports_no_torch() -> None:
     code = "import sys, pytest_ditgate.plugin, pytest_ditgate; print(sorted(m for m in ('torch','pynvml','diffusers') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_gates_off_load_only_the_light_modules(pytester: pytest.Pytester) -> None:
+    """Startup cost guard: with the gates off no concern's machinery is imported (only option declarations)."""
+    pytester.makepyfile("import pytest\n@pytest.mark.ditgate\ndef test_gate():\n    pass\ndef test_plain():\n    pass\n")
+    pytester.makeconftest(textwrap.dedent("""
+        import sys
+        def pytest_collection_finish(session):
+            loaded = sorted(m for m in sys.modules if m.startswith("pytest_ditgate."))
+            print("LOADED=" + ",".join(loaded))
+    """))
+    result = pytester.runpytest_subprocess("--co", "-q", "-s")
+    line = next(l for l in result.stdout.lines if l.startswith("LOADED="))
+    loaded = set(line[len("LOADED="):].split(","))
+    heavy = {"pytest_ditgate.bench.runner", "pytest_ditgate.bench.plugin", "pytest_ditgate.golden.store",
+             "pytest_ditgate.golden.golden_plugin", "pytest_ditgate.quality.quality_plugin",
+             "pytest_ditgate.verdict.plugin", "pytest_ditgate.correctness.checks", "pytest_ditgate.device",
+             "pytest_ditgate.requirements", "pytest_ditgate.environment"}
+    assert not loaded & heavy, sorted(loaded & heavy)

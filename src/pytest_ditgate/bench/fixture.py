@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pytest_ditgate.bench.compare import Comparison
+from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.bench.runner import measure, measure_pair
 from pytest_ditgate.errors import GateFailure

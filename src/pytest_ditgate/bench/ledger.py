@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_ditgate.bench.compare import Comparison
-from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.fsutil import append_jsonl, read_jsonl
+
+if TYPE_CHECKING:
+    from pytest_ditgate.bench.comparison import Comparison
+    from pytest_ditgate.bench.measurement import Measurement
 
 LEDGER_FILE = "bench.jsonl"
 SCHEMA = 1

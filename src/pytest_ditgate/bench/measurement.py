@@ -12,9 +12,9 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
+from pytest_ditgate.bench.mechanisms import MECHANISMS  # noqa: F401 - re-exported
 from pytest_ditgate.bench.stats import summarize
 
-MECHANISMS = ("cupti", "graph", "events", "wall")
 #: each call after the device went idle / calls back to back keeping the device busy
 REGIMES = ("spaced", "sustained")
 SCHEMA = 1

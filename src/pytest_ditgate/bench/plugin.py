@@ -11,28 +11,13 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from pytest_ditgate.bench.l2 import L2_MODES
 from pytest_ditgate.bench.ledger import LEDGER_FILE
-from pytest_ditgate.bench.measurement import MECHANISMS
 from pytest_ditgate.context import get_context
 from pytest_ditgate.keys import kernel_checks_key
-from pytest_ditgate.options import OptionSpec, get_option
+from pytest_ditgate.options import get_option
 
 
-def _positive_float(text: str) -> float:
-    value = float(text)
-    if value <= 0:
-        raise ValueError("must be > 0")
-    return value
-
-
-MECHANISM = OptionSpec("--ditgate-bench-mechanism", "timing mechanism for ditbench (default: auto)",
-                       default="auto", choices=("auto", *MECHANISMS))
-BUDGET = OptionSpec("--ditgate-bench-budget-ms", "sampling time per ditbench measurement in ms (default 100)",
-                    parse=_positive_float)
-L2 = OptionSpec("--ditgate-bench-l2", "L2 state for ditbench measurements: warm or cold (default warm)",
-                default="warm", choices=L2_MODES)
-OPTIONS = (MECHANISM, BUDGET, L2)
+from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM, OPTIONS  # noqa: F401
 #: user property carrying each ditbench.pair comparison to the verdict plugin (experiment mode)
 COMPARISON_PROPERTY = "ditgate_comparison"
 DEFAULT_LANE = "default"
@@ -41,7 +26,7 @@ DEFAULT_LANE = "default"
 def _lane(config: pytest.Config) -> str:
     """The experiment lane (``--ditgate-lane`` of the verdict plugin) the ledger files bests under."""
     try:
-        from pytest_ditgate.verdict.plugin import LANE
+        from pytest_ditgate.verdict.options import LANE
     except ImportError:
         return DEFAULT_LANE
     return str(get_option(config, LANE) or DEFAULT_LANE)
@@ -55,9 +40,10 @@ reporter_key = pytest.StashKey["BenchReporter"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # timer_integrity remembers the stdlib clocks as they are when it is first imported: import it now,
-    # before any test can patch them (stdlib only, so this costs nothing)
-    import pytest_ditgate.timer_integrity  # noqa: F401
+    if get_context(config).enabled:
+        # timer_integrity remembers the stdlib clocks as they are when it is first imported: import it
+        # now, before any test can patch them (stdlib only)
+        import pytest_ditgate.timer_integrity  # noqa: F401
 
     reporter = BenchReporter(config)
     config.stash[reporter_key] = reporter

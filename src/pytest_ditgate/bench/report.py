@@ -5,10 +5,12 @@ Rows are plain dicts so that they ride on test reports across pytest-xdist to th
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from pytest_ditgate.bench.compare import Comparison
-from pytest_ditgate.bench.measurement import Measurement
+if TYPE_CHECKING:
+    from pytest_ditgate.bench.comparison import Comparison
+    from pytest_ditgate.bench.measurement import Measurement
+
 
 
 def measurement_row(test: str, m: Measurement) -> dict[str, Any]:

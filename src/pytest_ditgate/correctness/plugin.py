@@ -15,20 +15,7 @@ from pytest_ditgate import options
 from pytest_ditgate.keys import kernel_checks_key
 
 
-def _positive_int(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise ValueError(f"must be >= 1, got {value}")
-    return value
-
-
-TRIALS = options.OptionSpec("--ditgate-kernel-trials",
-                            "default number of trials (fresh seeded inputs) per kernel_check call; "
-                            "an explicit trials= in the test wins", parse=_positive_int)
-SEED = options.OptionSpec("--ditgate-kernel-seed",
-                          "default first seed of kernel_check calls (e.g. to explore new inputs in a nightly run); "
-                          "an explicit seed= in the test wins", parse=int)
-OPTIONS = (TRIALS, SEED)
+from pytest_ditgate.correctness.options import OPTIONS, SEED, TRIALS  # noqa: F401
 
 
 class KernelCheck:

@@ -20,11 +20,8 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError
-from pytest_ditgate.options import OptionSpec
 
-RELOCK = OptionSpec("--ditgate-relock", "rewrite the fixed-paths lock from the files as they are now "
-                                        "(a deliberate change of corpus, goldens, evaluator or baseline)", kind="bool")
-OPTIONS = (RELOCK,)
+from pytest_ditgate.golden.options import RELOCK  # noqa: F401
 DEFAULT_LOCK = "golden/fixed_paths.lock.json"
 LOCK_VERSION = 1
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".git"}
@@ -152,7 +149,7 @@ _state_key = pytest.StashKey[LockState]()
 
 
 def _deliberate(config: pytest.Config) -> str | None:
-    from pytest_ditgate.golden.golden_plugin import FREEZE, REFREEZE
+    from pytest_ditgate.golden.options import FREEZE, REFREEZE
 
     for name, spec in (("relock", RELOCK), ("refreeze", REFREEZE), ("freeze", FREEZE)):
         if options.get_option(config, spec):

@@ -17,15 +17,8 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import OFF_REASON, get_context
 from pytest_ditgate.keys import golden_session_key
-from pytest_ditgate.options import OptionSpec
 
-FREEZE = OptionSpec("--ditgate-freeze", "write goldens that are missing for this device (existing ones are "
-                                        "compared, never overwritten)", kind="bool")
-REFREEZE = OptionSpec("--ditgate-refreeze", "OVERWRITE the goldens of every test that runs (deliberate "
-                                            "baseline change; reported loudly)", kind="bool")
-GOLDEN_DIR = OptionSpec("--ditgate-golden-dir", "golden store folder (manifest.json + <device key>/*.safetensors); "
-                                                "default: <rootdir>/golden")
-OPTIONS = (FREEZE, REFREEZE, GOLDEN_DIR)
+from pytest_ditgate.golden.options import FREEZE, GOLDEN_DIR, OPTIONS, REFREEZE  # noqa: F401
 WORKER_OUTPUT = "ditgate_golden"
 
 

@@ -17,7 +17,6 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
-from pytest_ditgate.options import OptionSpec
 from pytest_ditgate.quality.specs import DEFAULT_CLASS, EXPERIMENT_CLASSES
 
 if TYPE_CHECKING:
@@ -25,20 +24,8 @@ if TYPE_CHECKING:
     from pytest_ditgate.quality.evaluate import QualityResult
     from pytest_ditgate.quality.perceptual import PerceptualModels
 
-CONTRACT = OptionSpec("--ditgate-contract", "quality contract TOML (default: [tool.ditgate] quality_contract, "
-                                            "else fixtures/quality_contract.toml under the rootdir)")
-EXPERIMENT_CLASS = OptionSpec("--ditgate-class", "experiment class of the candidate, which picks the quality "
-                                                 "contract's limits (default numerical)",
-                              choices=EXPERIMENT_CLASSES, default=DEFAULT_CLASS)
-LPIPS_WEIGHTS = OptionSpec("--ditgate-lpips-weights", "folder with torchvision's alexnet-owt-7be5be79.pth (and "
-                                                      "optionally LPIPS alex.pth); default: torchvision's "
-                                                      "$TORCH_HOME/hub/checkpoints. Never downloaded")
-CLIP_WEIGHTS = OptionSpec("--ditgate-clip-weights", "open_clip checkpoint file, or a folder with "
-                                                    "open_clip_config.json + open_clip_model.safetensors; "
-                                                    "never downloaded")
-CLIP_MODEL = OptionSpec("--ditgate-clip-model", "open_clip architecture of --ditgate-clip-weights "
-                                                "(default ViT-B-32)", default="ViT-B-32")
-OPTIONS = (CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, CLIP_WEIGHTS, CLIP_MODEL)
+from pytest_ditgate.quality.options import (  # noqa: F401
+    CLIP_MODEL, CLIP_WEIGHTS, CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, OPTIONS)
 
 #: [tool.ditgate] keys that stand in for the options above
 TOOL_KEYS = {CONTRACT: "quality_contract", LPIPS_WEIGHTS: "lpips_weights", CLIP_WEIGHTS: "clip_weights",

@@ -1,5 +1,10 @@
 """Experiment verdicts: KEEP / DISCARD (quality, performance, integrity, scope) / CRASH as test outcomes."""
 
-from pytest_ditgate.verdict.outcome import EXIT_CODES, Category, Status, GateOutcome, Verdict, decide
+from pytest_ditgate.lazy import lazy_exports
 
-__all__ = ["EXIT_CODES", "Category", "Status", "GateOutcome", "Verdict", "decide"]
+_LAZY = {name: "pytest_ditgate.verdict.outcome"
+         for name in ("EXIT_CODES", "Category", "Status", "GateOutcome", "Verdict", "decide")}
+
+__all__ = list(_LAZY)
+
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

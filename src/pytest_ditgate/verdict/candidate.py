@@ -9,12 +9,14 @@ gate applies in this process, and the evidence travels to the verdict with the n
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import pytest
 
 from pytest_ditgate.keys import effective_class_key
-from pytest_ditgate.verdict.classify import Classification, approximation_evidence, classify, quantization_evidence
+
+if TYPE_CHECKING:
+    from pytest_ditgate.verdict.classify import Classification
 
 DEFAULT_CLASS = "numerical"
 
@@ -42,7 +44,9 @@ class CandidateDeclaration:
     unsent: list[str] = field(default_factory=list)
 
     def declare(self, *modules: Any, state_dicts: Iterable[Mapping[str, Any]] = (),
-                sampling: Mapping[str, Any] | None = None, frozen_sampling: Mapping[str, Any] | None = None) -> Classification:
+                sampling: Mapping[str, Any] | None = None, frozen_sampling: Mapping[str, Any] | None = None) -> "Classification":
+        from pytest_ditgate.verdict.classify import approximation_evidence, classify, quantization_evidence
+
         quant = [f"quant: {e}" for e in quantization_evidence(modules, state_dicts)]
         approx = [f"approx: {e}" for e in approximation_evidence(sampling or {}, frozen_sampling or {})]
         previous = self.config.stash.get(effective_class_key, None)

@@ -46,7 +46,7 @@ def ditgate_lane(request: pytest.FixtureRequest) -> LaneHandle:
     """The experiment lane of this run (``--ditgate-lane``) and its recorded best on this device's arch."""
     from pytest_ditgate.device import real_device
     from pytest_ditgate.verdict.ledger import load_best
-    from pytest_ditgate.verdict.plugin import LANE
+    from pytest_ditgate.verdict.options import LANE
 
     lane = options.get_option(request.config, LANE)
     arch = real_device().arch

@@ -17,19 +17,10 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import GateFailure
-from pytest_ditgate.options import OptionSpec
 from pytest_ditgate.verdict.lane import CONFIG_PROPERTY, LANE_BEST_LABEL
 
-LANE = OptionSpec("--ditgate-lane", "experiment lane: judge this run as a candidate in that lane (speed vs the "
-                  "lane's best, quality vs the frozen baseline) and append it to the ledger")
-VERDICT_JSON = OptionSpec("--ditgate-verdict-json", "write the machine-readable verdict to this file")
-DESCRIPTION = OptionSpec("--ditgate-description", "one line describing the candidate's causal hypothesis "
-                         "(goes into results.tsv)")
-BASE = OptionSpec("--ditgate-base", "git revision the candidate is compared with for the scope check "
-                  "(default: HEAD^)")
-MIN_IMPROVEMENT = OptionSpec("--ditgate-min-improvement", "fraction by which the candidate must beat the lane "
-                             "best (on the CI bound) to be kept; default 0", parse=float, default=0.0)
-OPTIONS = (LANE, VERDICT_JSON, DESCRIPTION, BASE, MIN_IMPROVEMENT)
+from pytest_ditgate.verdict.options import (  # noqa: F401
+    BASE, DESCRIPTION, LANE, MIN_IMPROVEMENT, OPTIONS, VERDICT_JSON)
 
 REASON_PROPERTY = "ditgate_reason"
 COMPARISON_PROPERTY = "ditgate_comparison"
@@ -113,8 +104,8 @@ class ExperimentSession:
 
     def check_fixed_paths(self) -> list[str]:
         """Lines describing fixed paths changed since the lock (empty when intact, unlocked or deliberate)."""
-        from pytest_ditgate.golden.fixed_paths import RELOCK, LockSettings, evaluate_lock
-        from pytest_ditgate.golden.golden_plugin import FREEZE, REFREEZE
+        from pytest_ditgate.golden.fixed_paths import LockSettings, evaluate_lock
+        from pytest_ditgate.golden.options import FREEZE, REFREEZE, RELOCK
 
         if any(options.get_option(self.config, spec) for spec in (RELOCK, FREEZE, REFREEZE)):
             return []
@@ -196,7 +187,7 @@ class ExperimentSession:
 
     def full_comparisons(self) -> list[dict[str, Any]]:
         """This run's comparisons with their raw samples, from the bench ledger (the lane best keeps them)."""
-        from pytest_ditgate.bench.plugin import LEDGER_FILE
+        from pytest_ditgate.bench.ledger import LEDGER_FILE
         from pytest_ditgate.fsutil import read_jsonl
 
         tests = {c.get("test") for c in self.comparisons}
