@@ -24,8 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+from harness import ROOT  # noqa: E402 - puts the repository on sys.path
 
 DEFAULT_CONFIGS = (
     "default",

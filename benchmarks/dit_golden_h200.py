@@ -22,30 +22,15 @@ import json
 import subprocess
 import sys
 import time
-import traceback
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+from harness import ROOT, guarded, log  # noqa: E402 - puts the repository on sys.path
 
 SEED = 0
 ACT_IMAGES, ACT_TOKENS = 1, 64  # same selection as tests/gates/dit (golden size budget)
 
 
-def log(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
-def guarded(results: dict, key: str, fn: Callable[[], Any]) -> Any:
-    try:
-        value = fn()
-    except Exception as exc:  # one failing piece must not lose the others
-        results[key] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=6)}
-        log(f"[{key}] FAILED: {exc}")
-        return None
-    results[key] = value
-    return value
 
 
 def timed_sample(model: Any, case: Any) -> tuple[dict, float]:

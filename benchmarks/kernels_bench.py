@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -31,9 +30,7 @@ import traceback
 import types
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "src"))
+from harness import ROOT  # noqa: E402 - puts the repository on sys.path
 
 import torch  # noqa: E402
 

@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
+from harness import ROOT  # noqa: E402 - puts the repository on sys.path
 
 
 def timer(device: Any) -> tuple[str, Callable[[Callable[[], Any], int, int], Any]]:

@@ -25,15 +25,12 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "src"))
+from harness import ROOT, guarded, log  # noqa: E402 - puts the repository on sys.path
 
 TOLERANCE = 0.05  # within 5 % of truth
 CV_LIMIT = 0.02
@@ -44,20 +41,6 @@ REPEATS = 20
 MARGIN = 0.01
 
 
-def log(*parts: Any) -> None:
-    print(*parts, file=sys.stderr, flush=True)
-
-
-def guarded(results: dict, key: str, fn: Callable[[], Any]) -> Any:
-    """Run one piece; on error record it under ``key`` and carry on."""
-    try:
-        value = fn()
-    except Exception as exc:  # one failing case must not lose the others
-        results[key] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(limit=4)}
-        log(f"[{key}] FAILED: {exc}")
-        return None
-    results[key] = value
-    return value
 
 
 def cupti_truth(fn: Callable[[], Any], iters: int = 50) -> float:

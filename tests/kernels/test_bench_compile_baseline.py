@@ -19,6 +19,10 @@ BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels_bench.py"
 
 @pytest.fixture(scope="module")
 def bench():
+    import sys
+
+    if str(BENCH.parent) not in sys.path:  # the script imports its sibling harness.py, as when run directly
+        sys.path.insert(0, str(BENCH.parent))
     spec = importlib.util.spec_from_file_location("kernels_bench_under_test", BENCH)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

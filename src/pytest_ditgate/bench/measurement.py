@@ -12,7 +12,6 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_ditgate.bench.mechanisms import MECHANISMS  # noqa: F401 - re-exported
 from pytest_ditgate.bench.stats import summarize
 
 #: each call after the device went idle / calls back to back keeping the device busy

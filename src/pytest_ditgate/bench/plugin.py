@@ -17,7 +17,7 @@ from pytest_ditgate.keys import kernel_checks_key
 from pytest_ditgate.options import get_option
 
 
-from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM, OPTIONS  # noqa: F401
+from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM
 #: user property carrying each ditbench.pair comparison to the verdict plugin (experiment mode)
 COMPARISON_PROPERTY = "ditgate_comparison"
 DEFAULT_LANE = "default"

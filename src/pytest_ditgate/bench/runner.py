@@ -17,7 +17,8 @@ from typing import Any, Callable, Sequence
 from pytest_ditgate.bench import l2 as l2mod
 from pytest_ditgate.bench import timers
 from pytest_ditgate.bench.comparison import Comparison, compare
-from pytest_ditgate.bench.measurement import MECHANISMS, REGIMES, Measurement, as_tuples
+from pytest_ditgate.bench.measurement import REGIMES, Measurement, as_tuples
+from pytest_ditgate.bench.mechanisms import MECHANISMS
 from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 

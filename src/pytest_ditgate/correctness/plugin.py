@@ -15,7 +15,7 @@ from pytest_ditgate import options
 from pytest_ditgate.keys import kernel_checks_key
 
 
-from pytest_ditgate.correctness.options import OPTIONS, SEED, TRIALS  # noqa: F401
+from pytest_ditgate.correctness.options import SEED, TRIALS
 
 
 class KernelCheck:

@@ -21,7 +21,7 @@ from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError
 
-from pytest_ditgate.golden.options import RELOCK  # noqa: F401
+from pytest_ditgate.golden.options import RELOCK
 DEFAULT_LOCK = "golden/fixed_paths.lock.json"
 LOCK_VERSION = 1
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".git"}

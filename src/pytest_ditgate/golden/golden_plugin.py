@@ -18,7 +18,7 @@ from pytest_ditgate import options
 from pytest_ditgate.context import OFF_REASON, get_context
 from pytest_ditgate.keys import golden_session_key
 
-from pytest_ditgate.golden.options import FREEZE, GOLDEN_DIR, OPTIONS, REFREEZE  # noqa: F401
+from pytest_ditgate.golden.options import FREEZE, GOLDEN_DIR, REFREEZE
 WORKER_OUTPUT = "ditgate_golden"
 
 

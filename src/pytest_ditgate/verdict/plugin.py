@@ -19,8 +19,7 @@ from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.verdict.lane import CONFIG_PROPERTY, LANE_BEST_LABEL
 
-from pytest_ditgate.verdict.options import (  # noqa: F401
-    BASE, DESCRIPTION, LANE, MIN_IMPROVEMENT, OPTIONS, VERDICT_JSON)
+from pytest_ditgate.verdict.options import BASE, DESCRIPTION, LANE, MIN_IMPROVEMENT, VERDICT_JSON
 
 REASON_PROPERTY = "ditgate_reason"
 COMPARISON_PROPERTY = "ditgate_comparison"
