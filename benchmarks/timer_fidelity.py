@@ -110,10 +110,12 @@ def fidelity(results: dict) -> None:
         table[name] = row
         log(f"== {name}")
         guarded(row, "truth_cupti_ms", lambda: cupti_truth(bound))
-        for label, mechanism, regime in (("auto", "auto", None), ("graph", "graph", None), ("events", "events", None),
-                                         ("wall", "wall", None), ("cupti_sustained", "cupti", "sustained")):
+        for label, mechanism, regime, idle in (("auto", "auto", None, "subtract"), ("graph", "graph", None, "subtract"),
+                                               ("graph_keep", "graph", None, "keep"), ("events", "events", None, "subtract"),
+                                               ("wall", "wall", None, "subtract"),
+                                               ("cupti_sustained", "cupti", "sustained", "subtract")):
             guarded(row, label, lambda: measurement_row(measure(fn, *args, mechanism=mechanism, regime=regime,
-                                                                label=name, dtype=case["dtype"],
+                                                                graph_idle=idle, label=name, dtype=case["dtype"],
                                                                 shapes=case["shapes"])))
         if tt is not None:
             guarded(row, "do_bench_ms", lambda: float(tt.do_bench(bound, return_mode="median")))
@@ -232,9 +234,9 @@ def verdicts(results: dict) -> list[tuple[str, str, str]]:
 
 
 def print_tables(results: dict) -> None:
-    cols = ("truth_cupti_ms", "auto", "graph", "events", "wall", "cupti_sustained", "do_bench_ms",
+    cols = ("truth_cupti_ms", "auto", "graph", "graph_keep", "events", "wall", "cupti_sustained", "do_bench_ms",
             "do_bench_cudagraph_ms")
-    heads = ("CUPTI", "auto", "graph", "events", "wall", "cupti-sus", "do_bench", "do_b_cg")
+    heads = ("CUPTI", "auto", "graph", "graph-raw", "events", "wall", "cupti-sus", "do_bench", "do_b_cg")
     if results.get("fidelity"):
         print(f"\n=== timer fidelity, median ms per call ({results['provenance']['device'].get('name')}, "
               f"{results['provenance']['device'].get('arch')}) ===")

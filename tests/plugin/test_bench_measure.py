@@ -41,12 +41,35 @@ def test_measure_pair_is_interleaved_and_paired() -> None:
     ({"l2": "tepid"}, "l2='tepid'"),
     ({"reps": 1}, "reps must be >= 2"),
     ({"regime": "bursty"}, "regime='bursty'"),
+    ({"graph_idle": "sometimes"}, "graph_idle='sometimes'"),
     ({"l2": "cold"}, "needs a CUDA device"),
     ({"mechanism": "graph"}, "graph: not available: no CUDA device"),
 ])
 def test_bad_options_are_clear_usage_errors(kwargs, match) -> None:
     with pytest.raises(DitgateUsageError, match=match):
         measure(_work, **{"reps": 3, "warmup": 0, **kwargs})
+
+
+def test_graph_idle_is_scaled_out_per_graph_and_kept_on_a_profiler_failure(monkeypatch) -> None:
+    from pytest_ditgate.bench import runner, timers
+
+    fractions = {"a": (0.9, 1.0), "b": (0.5, 2.0)}
+    monkeypatch.setattr(timers, "replay_busy_fraction", lambda graph: fractions[graph])
+    extras = [{}, {}]
+    scaled, note = runner._subtract_graph_idle(["a", "b"], [[1.0, 2.0, 3.0], [4.0]], extras)
+    assert scaled == [[0.9, 1.8, 2.7], [2.0]]
+    assert extras[0]["raw_median_ms"] == 2.0 and extras[1]["kernels_per_call"] == 2.0
+    assert extras[1]["idle_per_call_us"] == pytest.approx(2000.0)
+    assert "2000.000 us per call" in note
+
+    def busy(graph):
+        raise TimingError("profiler unavailable: RuntimeError: already profiling")
+
+    monkeypatch.setattr(timers, "replay_busy_fraction", busy)
+    extras = [{}]
+    scaled, note = runner._subtract_graph_idle(["a"], [[1.0]], extras)
+    assert scaled == [[1.0]] and extras == [{"graph_idle": "kept"}]
+    assert "not subtracted (profiler unavailable" in note
 
 
 def test_spans_are_grouped_by_call_range_and_union_counts_busy_time() -> None:

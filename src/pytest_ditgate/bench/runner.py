@@ -28,12 +28,16 @@ WARMUP_MS = 25.0
 MIN_WARMUP, MAX_WARMUP = 3, 1000
 MIN_REPS, MAX_REPS = 10, 1000
 GRAPH_MIN_REPS, GRAPH_MAX_REPS = 10, 200
+#: graph_idle: "subtract" the device's idle gaps between graph nodes (kernel time) or "keep" them
+GRAPH_IDLE_MODES = ("subtract", "keep")
 
 DESCRIPTIONS = {
     "cupti": "kernel activity from the CUDA profiler: time the device was busy with each call (union of its "
              "kernel, memcpy and memset intervals), no host launch overhead",
     "graph": "calls captured in one CUDA graph, each replay timed with CUDA events and divided by the count: "
              "back-to-back kernels, no launch overhead",
+    "graph_idle": "device idle between graph nodes subtracted (replay time scaled by the busy fraction of a "
+                  "profiled replay)",
     "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
               "few microseconds read several times too slow",
     "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
@@ -69,6 +73,7 @@ class Options:
     budget_ms: float | None = None
     l2: str = "warm"
     regime: str | None = None
+    graph_idle: str = "subtract"
 
     def __post_init__(self) -> None:
         if self.mechanism != "auto" and self.mechanism not in MECHANISMS:
@@ -76,6 +81,8 @@ class Options:
         l2mod.check_mode(self.l2)
         if self.regime is not None and self.regime not in REGIMES:
             raise DitgateUsageError(f"regime={self.regime!r}: choose from {', '.join(REGIMES)}")
+        if self.graph_idle not in GRAPH_IDLE_MODES:
+            raise DitgateUsageError(f"graph_idle={self.graph_idle!r}: choose from {', '.join(GRAPH_IDLE_MODES)}")
         if self.warmup is not None and self.warmup < 0:
             raise DitgateUsageError("warmup must be >= 0")
         if self.reps is not None and self.reps < 2:
@@ -191,7 +198,13 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
             note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
                      f"{l2mod.L2_FACTOR}x L2")
             extra["rotated_copies"] = len(variant_sets[0])
-        return _Run(mechanism, regime, samples, counts, note, [dict(extra) for _ in calls])
+        extras = [dict(extra) for _ in calls]
+        if options.graph_idle == "subtract":
+            samples, idle_note = _subtract_graph_idle(graphs, samples, extras)
+            note += "; " + idle_note
+        else:
+            note += "; idle gaps between graph nodes kept (graph_idle='keep')"
+        return _Run(mechanism, regime, samples, counts, note, extras)
     rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
     order = _schedule(len(calls), rounds)
     extras: list[dict[str, Any]] = [{} for _ in calls]
@@ -210,6 +223,28 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
         note += (f"; launch-bound: the device sat idle {idle:.0%} of the call's span waiting for the host "
                  "(span in extra.span_median_ms)")
     return _Run(mechanism, regime, list(samples), [1] * len(calls), note, extras)
+
+
+def _subtract_graph_idle(graphs: Sequence[Any], samples: list[list[float]],
+                         extras: list[dict[str, Any]]) -> tuple[list[list[float]], str]:
+    """Scale each graph's samples by its busy fraction; keeps the raw median and the gap in ``extras``.
+
+    Without a working profiler the samples stay as they are and the note says why.
+    """
+    try:
+        found = [timers.replay_busy_fraction(g) for g in graphs]
+    except TimingError as exc:
+        for extra in extras:
+            extra["graph_idle"] = "kept"
+        return samples, f"idle gaps between graph nodes not subtracted ({exc})"
+    scaled = []
+    for (fraction, kernels), values, extra in zip(found, samples, extras):
+        raw = statistics.median(values)
+        extra.update(graph_idle="subtracted", raw_median_ms=raw, busy_fraction=fraction,
+                     kernels_per_call=kernels, idle_per_call_us=raw * (1 - fraction) * 1e3)
+        scaled.append([v * fraction for v in values])
+    gap = max(e["idle_per_call_us"] for e in extras)
+    return scaled, DESCRIPTIONS["graph_idle"] + f": {gap:.3f} us per call"
 
 
 def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
@@ -309,14 +344,16 @@ def _build(samples: list[float], run: _Run, index: int, notes: dict[str, str], w
 def measure(fn: Callable[..., Any], *args: Any, mechanism: str = "auto", warmup: int | None = None,
             reps: int | None = None, budget_ms: float | None = None, l2: str = "warm", label: str | None = None,
             backend: str | None = None, dtype: Any = None, shapes: Any = None, regime: str | None = None,
-            **fn_kwargs: Any) -> Measurement:
+            graph_idle: str = "subtract", **fn_kwargs: Any) -> Measurement:
     """Time ``fn(*args, **fn_kwargs)`` and return a :class:`Measurement` with its provenance.
 
     ``warmup``/``reps`` are counts; without ``reps`` the sample count comes from ``budget_ms`` (default
     100 ms of sampling). ``l2="cold"`` flushes L2 between calls (graph mode: rotates input copies).
     ``regime`` is "spaced" or "sustained" (cupti can do both; graph is sustained, events and wall spaced).
+    ``graph_idle="keep"`` leaves the device's idle gaps between graph nodes in graph samples (the time a
+    graph-replayed pipeline sees) instead of subtracting them (kernel time, comparable with cupti).
     """
-    options = Options(mechanism, warmup, reps, budget_ms, l2, regime)
+    options = Options(mechanism, warmup, reps, budget_ms, l2, regime, graph_idle)
     run, notes, done, device, clocks = _collect([Call(fn, args, fn_kwargs)], options)
     return _build(run.samples[0], run, 0, notes, done, device, clocks, options, label=label, backend=backend,
                   dtype=dtype, shapes=shapes)
@@ -327,13 +364,13 @@ def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *
                  l2: str = "warm", regime: str | None = None, method: str = "paired-bootstrap",
                  confidence: float = 0.95, labels: tuple[str, str] = ("candidate", "reference"),
                  backend: tuple[str | None, str | None] | str | None = None, dtype: Any = None, shapes: Any = None,
-                 **fn_kwargs: Any) -> Comparison:
+                 graph_idle: str = "subtract", **fn_kwargs: Any) -> Comparison:
     """Time ``candidate`` and ``reference`` on the same arguments, interleaved round by round, and compare.
 
     ``rounds`` samples per side (default from ``budget_ms``); the result's ``ratio`` is
     median(candidate) / median(reference) with a ``confidence`` interval by ``method``.
     """
-    options = Options(mechanism, warmup, rounds, budget_ms, l2, regime)
+    options = Options(mechanism, warmup, rounds, budget_ms, l2, regime, graph_idle)
     calls = [Call(candidate, args, fn_kwargs), Call(reference, args, fn_kwargs)]
     run, notes, done, device, clocks = _collect(calls, options)
     backends = backend if isinstance(backend, tuple) else (backend, backend)

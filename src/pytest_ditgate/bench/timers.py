@@ -4,7 +4,8 @@
   busy with it (union of its kernel/memcpy/memset intervals). The span from first start to last end is
   kept too: where it is much longer, the device sat idle waiting for the host (a launch-bound call).
 - ``graph``: a CUDA graph of many calls replayed and timed with events, divided by the count
-  (back-to-back: the *sustained* regime).
+  (back-to-back: the *sustained* regime). The device idles ~0.1 us between graph nodes; where the profiler
+  works, one traced replay gives the busy fraction of a replay and the samples are scaled by it.
 - ``events``: CUDA events around each call, all streams synchronised after it.
 - ``wall``: host clock around each call with a device synchronisation (the only one without a GPU).
 
@@ -251,6 +252,31 @@ class CapturedGraph:
         end.record()
         torch.cuda.synchronize()
         return float(start.elapsed_time(end)) / self.count
+
+
+def replay_busy_fraction(graph: CapturedGraph, replays: int = 3) -> tuple[float, float]:
+    """(busy fraction, kernels per call) of a replay, from the profiler trace of ``replays`` replays.
+
+    Busy time is the union of the graph's kernel intervals; the rest of the replay's span is the idle gap
+    the device leaves between dependent nodes (median over the replays).
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    try:
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(replays):
+                graph.graph.replay()
+                torch.cuda.synchronize()
+        events = prof.profiler.kineto_results.events()
+    except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
+        raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
+    spans = _device_spans(events, torch.autograd.DeviceType.CUDA)
+    if not spans:
+        raise TimingError("the profiler recorded no kernels of the graph replay")
+    groups = chunk_spans(spans, replays)
+    fractions = sorted(busy_ns(g) / max(1, max(s[1] for s in g) - min(s[0] for s in g)) for g in groups)
+    return min(1.0, fractions[len(fractions) // 2]), len(groups[0]) / graph.count
 
 
 def probe_per_call_ms(variants: Sequence[Call]) -> float:

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issues 4, 6 and 7 on one H200: gate suites and benchmarks, logs and results under $OUT, a short table last.
+#   STAGES: space-separated subset of "kernels bench fidelity dit ditbench" (default: kernels bench fidelity)
+#   DITGATE_COMMIT: the commit measured (the device copy has no .git)
+# At most eight files come back from the device, so the logs travel as one logs.tar.gz.
+set -uo pipefail
+OUT=${OUT:-/tmp/ditgate-out}; mkdir -p "$OUT/logs"
+export PYTHONUNBUFFERED=1
+STAGES=${STAGES:-"kernels bench fidelity"}
+if [ -d .whl ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$OUT/logs/pip.log" 2>&1
+  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
+fi
+python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/logs/pip.log" 2>&1 || echo "editable install failed"
+SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
+stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log, one summary line with the tail
+  local name=$1 limit=$2; shift 2
+  local start=$SECONDS
+  timeout "$limit" "$@" > "$OUT/logs/$name.log" 2>&1
+  local rc=$?
+  printf '%-10s rc=%-3s %4ss  %s\n' "$name" "$rc" "$((SECONDS - start))" \
+    "$(grep -E '(passed|failed|error)' "$OUT/logs/$name.log" | tail -1)" | tee -a "$SUMMARY"
+}
+for s in $STAGES; do
+  case $s in
+    kernels) stage kernels 300 python3 -m pytest --ditgate tests/gates/kernels tests/kernels tests/gates/test_bench_gpu.py -q -rs -p no:randomly ;;
+    bench) stage kernels_bench 240 python3 benchmarks/kernels_bench.py --out "$OUT" ;;
+    fidelity) stage fidelity 200 python3 benchmarks/timer_fidelity.py --out "$OUT" ;;
+    dit) stage dit 540 python3 -m pytest --ditgate tests/gates/dit -q -rs -p no:randomly --durations=15 ;;
+    ditbench) stage dit_bench 400 python3 benchmarks/dit_bench.py --out "$OUT" ;;
+  esac
+done
+for name in kernels_bench fidelity dit_bench; do  # benchmark tables stay beside the archive
+  [ -f "$OUT/logs/$name.log" ] && mv "$OUT/logs/$name.log" "$OUT/$name.log"
+done
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"
+for name in kernels_bench fidelity dit_bench; do
+  [ -f "$OUT/$name.log" ] && { echo "--- $name"; tail -30 "$OUT/$name.log"; }
+done
+echo "=== summary ==="; cat "$SUMMARY"
