@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import os
 import statistics
 import sys
 import time
@@ -46,7 +47,8 @@ def provenance() -> dict[str, Any]:
     import torch
 
     info: dict[str, Any] = {"torch": torch.__version__, "cuda_runtime": torch.version.cuda,
-                            "cudnn": torch.backends.cudnn.version(), "python": sys.version.split()[0]}
+                            "cudnn": torch.backends.cudnn.version(), "python": sys.version.split()[0],
+                            "commit": os.environ.get("DITGATE_COMMIT")}
     for name in ("triton", "diffusers"):
         try:
             info[name] = __import__(name).__version__

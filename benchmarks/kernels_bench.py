@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
 import sys
@@ -335,6 +336,7 @@ def provenance():
         record["toolkit"] = find_toolkit().describe()
     except Exception as exc:  # noqa: BLE001
         record["toolkit"] = f"not found: {exc}"
+    record["commit"] = os.environ.get("DITGATE_COMMIT")
     record["bytes_rule"] = "tensors read + written once"
     record["l2"] = "warm (inputs reused between calls)"
     return record

@@ -50,26 +50,53 @@ def test_bad_options_are_clear_usage_errors(kwargs, match) -> None:
         measure(_work, **{"reps": 3, "warmup": 0, **kwargs})
 
 
-def test_graph_idle_is_scaled_out_per_graph_and_kept_on_a_profiler_failure(monkeypatch) -> None:
-    from pytest_ditgate.bench import runner, timers
+def test_graph_floor_gap_is_the_smallest_and_overlap_means_nothing_to_subtract() -> None:
+    from pytest_ditgate.bench.graphs import floor_gap_ns
 
-    fractions = {"a": (0.9, 1.0), "b": (0.5, 2.0)}
-    monkeypatch.setattr(timers, "replay_busy_fraction", lambda graph: fractions[graph])
-    extras = [{}, {}]
-    scaled, note = runner._subtract_graph_idle(["a", "b"], [[1.0, 2.0, 3.0], [4.0]], extras)
-    assert scaled == [[0.9, 1.8, 2.7], [2.0]]
-    assert extras[0]["raw_median_ms"] == 2.0 and extras[1]["kernels_per_call"] == 2.0
-    assert extras[1]["idle_per_call_us"] == pytest.approx(2000.0)
-    assert "2000.000 us per call" in note
+    assert floor_gap_ns([(0, 10), (12, 20), (25, 30), (31, 40)]) == 1
+    assert floor_gap_ns([(0, 10), (5, 20), (25, 30)]) == 0  # two streams: activities overlap
+    assert floor_gap_ns([(0, 10)]) == 0
 
-    def busy(graph):
+
+class _FakeCapture:
+    def __init__(self, gap_ms: float, activities: float) -> None:
+        self.gap_ms, self.activities_per_call, self.count = gap_ms, activities, 100
+
+    @property
+    def subtract_ms(self) -> float:
+        return self.gap_ms * self.activities_per_call
+
+
+def test_graph_samples_cycle_through_captures_and_lose_each_capture_s_launch_latency(monkeypatch) -> None:
+    from pytest_ditgate.bench import graphs, runner
+
+    graph_set = graphs.GraphSet([_FakeCapture(0.0, 0.0), _FakeCapture(0.0, 0.0)])
+    assert [graph_set.next_capture() for _ in range(3)] == [graph_set.captures[i] for i in (0, 1, 0)]
+
+    def gaps(sets):
+        sets[0].captures[0].gap_ms, sets[0].captures[0].activities_per_call = 0.0002, 2.0
+        sets[0].captures[1].gap_ms, sets[0].captures[1].activities_per_call = 0.0001, 2.0
+
+    monkeypatch.setattr(graphs, "measure_launch_gaps", gaps)
+    sets = [graphs.GraphSet([_FakeCapture(0.0, 0.0), _FakeCapture(0.0, 0.0)])]
+    note = runner._measure_launch_gaps(sets)
+    assert "subtracted" in note and "up to 0.400 us per call" in note
+    record = runner._gap_record(sets[0], [1.0, 2.0, 3.0])
+    assert record["graph_idle"] == "subtracted" and record["raw_median_ms"] == 2.0
+    assert record["subtracted_per_call_us"] == pytest.approx([0.4, 0.2])
+    assert record["activities_per_call"] == 2.0
+
+
+def test_graph_launch_latency_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -> None:
+    from pytest_ditgate.bench import graphs, runner
+
+    def busy(sets):
         raise TimingError("profiler unavailable: RuntimeError: already profiling")
 
-    monkeypatch.setattr(timers, "replay_busy_fraction", busy)
-    extras = [{}]
-    scaled, note = runner._subtract_graph_idle(["a"], [[1.0]], extras)
-    assert scaled == [[1.0]] and extras == [{"graph_idle": "kept"}]
-    assert "not subtracted (profiler unavailable" in note
+    monkeypatch.setattr(graphs, "measure_launch_gaps", busy)
+    sets = [graphs.GraphSet([_FakeCapture(0.0, 0.0)])]
+    assert "not subtracted (profiler unavailable" in runner._measure_launch_gaps(sets)
+    assert runner._gap_record(sets[0], [1.0]) == {"graph_idle": "kept", "raw_median_ms": 1.0}
 
 
 def test_spans_are_grouped_by_call_range_and_union_counts_busy_time() -> None:

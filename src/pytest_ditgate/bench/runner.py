@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from pytest_ditgate.bench import graphs
 from pytest_ditgate.bench import l2 as l2mod
 from pytest_ditgate.bench import timers
 from pytest_ditgate.bench.comparison import Comparison, compare
@@ -36,8 +37,8 @@ DESCRIPTIONS = {
              "kernel, memcpy and memset intervals), no host launch overhead",
     "graph": "calls captured in one CUDA graph, each replay timed with CUDA events and divided by the count: "
              "back-to-back kernels, no launch overhead",
-    "graph_idle": "device idle between graph nodes subtracted (replay time scaled by the busy fraction of a "
-                  "profiled replay)",
+    "graph_idle": "launch latency between graph nodes subtracted (floor gap between device activities in a "
+                  "traced replay, per activity of a call)",
     "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
               "few microseconds read several times too slow",
     "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
@@ -187,24 +188,22 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     per_call = max(estimates)
     if mechanism == "graph":
         variant_sets = [_rotations(c, device.l2_bytes) if cold else [c] for c in calls]
-        graphs = timers.capture_graphs(variant_sets)
-        replay_ms = sum(g.count * g.time_replay() for g in graphs)
+        sets = graphs.capture_graphs(variant_sets)
+        replay_ms = sum(g.count * g.time_replay() for g in sets)
         rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
-        samples = timers.time_graphs(graphs, _schedule(len(calls), rounds))
-        counts = [g.count for g in graphs]
-        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay"
-        extra = {"calls_per_replay": counts[0]}
+        idle_note = "launch latency between graph nodes kept (graph_idle='keep')"
+        if options.graph_idle == "subtract":
+            idle_note = _measure_launch_gaps(sets)
+        samples, raw = graphs.time_graphs(sets, _schedule(len(calls), rounds))
+        counts = [g.count for g in sets]
+        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay, {len(sets[0].captures)} captures"
+        extra = {"calls_per_replay": counts[0], "captures": len(sets[0].captures)}
         if cold:
             note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
                      f"{l2mod.L2_FACTOR}x L2")
             extra["rotated_copies"] = len(variant_sets[0])
-        extras = [dict(extra) for _ in calls]
-        if options.graph_idle == "subtract":
-            samples, idle_note = _subtract_graph_idle(graphs, samples, extras)
-            note += "; " + idle_note
-        else:
-            note += "; idle gaps between graph nodes kept (graph_idle='keep')"
-        return _Run(mechanism, regime, samples, counts, note, extras)
+        extras = [dict(extra, **_gap_record(s, r)) for s, r in zip(sets, raw)]
+        return _Run(mechanism, regime, samples, counts, note + "; " + idle_note, extras)
     rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
     order = _schedule(len(calls), rounds)
     extras: list[dict[str, Any]] = [{} for _ in calls]
@@ -225,26 +224,25 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     return _Run(mechanism, regime, list(samples), [1] * len(calls), note, extras)
 
 
-def _subtract_graph_idle(graphs: Sequence[Any], samples: list[list[float]],
-                         extras: list[dict[str, Any]]) -> tuple[list[list[float]], str]:
-    """Scale each graph's samples by its busy fraction; keeps the raw median and the gap in ``extras``.
-
-    Without a working profiler the samples stay as they are and the note says why.
-    """
+def _measure_launch_gaps(sets: Sequence[Any]) -> str:
+    """Measure each capture's launch latency (to be subtracted); the note says what was done or why not."""
     try:
-        found = [timers.replay_busy_fraction(g) for g in graphs]
+        graphs.measure_launch_gaps(sets)
     except TimingError as exc:
-        for extra in extras:
-            extra["graph_idle"] = "kept"
-        return samples, f"idle gaps between graph nodes not subtracted ({exc})"
-    scaled = []
-    for (fraction, kernels), values, extra in zip(found, samples, extras):
-        raw = statistics.median(values)
-        extra.update(graph_idle="subtracted", raw_median_ms=raw, busy_fraction=fraction,
-                     kernels_per_call=kernels, idle_per_call_us=raw * (1 - fraction) * 1e3)
-        scaled.append([v * fraction for v in values])
-    gap = max(e["idle_per_call_us"] for e in extras)
-    return scaled, DESCRIPTIONS["graph_idle"] + f": {gap:.3f} us per call"
+        return f"launch latency between graph nodes not subtracted ({exc})"
+    gap = max(c.subtract_ms for s in sets for c in s.captures)
+    return DESCRIPTIONS["graph_idle"] + f": up to {gap * 1e3:.3f} us per call"
+
+
+def _gap_record(graph_set: Any, raw: list[float]) -> dict[str, Any]:
+    """What was subtracted from one call's graph samples, and the raw median (for ``extra``)."""
+    captures = graph_set.captures
+    subtracted = [c.subtract_ms * 1e3 for c in captures]
+    if not any(subtracted):
+        return {"graph_idle": "kept", "raw_median_ms": statistics.median(raw)}
+    return {"graph_idle": "subtracted", "raw_median_ms": statistics.median(raw),
+            "activities_per_call": captures[0].activities_per_call,
+            "launch_gap_us": [c.gap_ms * 1e3 for c in captures], "subtracted_per_call_us": subtracted}
 
 
 def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:

@@ -1,11 +1,10 @@
-"""The four timing mechanisms. Each times a *schedule* of calls (one function, or A B B A interleaved).
+"""Three of the four timing mechanisms (cupti, events, wall) and what they share. Each times a *schedule* of calls (one function, or A B B A interleaved).
 
 - ``cupti``: kernel activity from the CUDA profiler (``torch.profiler``): per call, the time the device was
   busy with it (union of its kernel/memcpy/memset intervals). The span from first start to last end is
   kept too: where it is much longer, the device sat idle waiting for the host (a launch-bound call).
 - ``graph``: a CUDA graph of many calls replayed and timed with events, divided by the count
-  (back-to-back: the *sustained* regime). The device idles ~0.1 us between graph nodes; where the profiler
-  works, one traced replay gives the busy fraction of a replay and the samples are scaled by it.
+  (back-to-back: the *sustained* regime); lives in :mod:`pytest_ditgate.bench.graphs`.
 - ``events``: CUDA events around each call, all streams synchronised after it.
 - ``wall``: host clock around each call with a device synchronisation (the only one without a GPU).
 
@@ -16,16 +15,13 @@ with a reason that ends up in ``Measurement.mechanism_notes``.
 from __future__ import annotations
 
 import bisect
-import math
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 #: user annotation that brackets each timed call in the profiler trace
 CALL_RANGE = "ditgate::call"
-#: a graph replay is sized to last about this long, so the fixed cost of a replay stays below 0.5 %
-GRAPH_REPLAY_MS = 5.0
-GRAPH_MAX_CALLS = 10_000
 
 
 class TimingError(RuntimeError):
@@ -108,7 +104,8 @@ def time_events(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[
     return samples
 
 
-def _device_spans(events: Sequence[Any], device_type: Any) -> list[tuple[int, int]]:
+def device_spans(events: Sequence[Any], device_type: Any) -> list[tuple[int, int]]:
+    """(start, end) ns of the device activities in a profiler trace, in start order (annotations left out)."""
     spans = []
     for event in events:
         if event.device_type() != device_type:
@@ -151,7 +148,8 @@ def time_cupti(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[
     if regime == "sustained" and (flush is not None or len(set(order)) > 1):
         raise TimingError("sustained cupti timing takes one function and warm L2 only")
     try:
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            warnings.filterwarnings("ignore", message="Profiler clears events")
             for index in order:
                 if regime == "spaced":
                     _maybe(flush)
@@ -167,7 +165,7 @@ def time_cupti(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[
     except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
         raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
     cuda = torch.autograd.DeviceType.CUDA
-    spans = _device_spans(events, cuda)
+    spans = device_spans(events, cuda)
     if not spans:
         raise HostOnlyError("the profiler recorded no device activity for the call")
     if regime == "spaced":
@@ -209,112 +207,3 @@ def busy_ns(group: Sequence[tuple[int, int]]) -> int:
     if current_end is not None:
         total += current_end - current_start
     return total
-
-
-class CapturedGraph:
-    """``count`` calls captured in one CUDA graph; calls cycle through ``variants`` (rotated input copies).
-
-    Graphs given the same ``pool`` share one memory pool, so that two graphs of a pair place their
-    outputs alike (two private pools made identical ops differ by about 0.4 % on an H200).
-    """
-
-    def __init__(self, variants: Sequence[Call], count: int, pool: Any = None) -> None:
-        import torch
-
-        self.count = count
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for variant in variants[:3]:
-                variant()
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        self.graph = torch.cuda.CUDAGraph()
-        try:
-            with torch.cuda.graph(self.graph, pool=pool):
-                for i in range(count):
-                    variants[i % len(variants)]()
-        except Exception as exc:
-            raise TimingError(f"CUDA graph capture failed: {type(exc).__name__}: {exc}") from exc
-        self.graph.replay()
-        torch.cuda.synchronize()
-        if self.time_replay() <= 0:
-            raise HostOnlyError("the captured graph holds no device work")
-
-    def time_replay(self) -> float:
-        """Milliseconds per call of one replay."""
-        import torch
-
-        start = torch.cuda.Event(enable_timing=True)
-        end = torch.cuda.Event(enable_timing=True)
-        start.record()
-        self.graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        return float(start.elapsed_time(end)) / self.count
-
-
-def replay_busy_fraction(graph: CapturedGraph, replays: int = 3) -> tuple[float, float]:
-    """(busy fraction, kernels per call) of a replay, from the profiler trace of ``replays`` replays.
-
-    Busy time is the union of the graph's kernel intervals; the rest of the replay's span is the idle gap
-    the device leaves between dependent nodes (median over the replays).
-    """
-    import torch
-    from torch.profiler import ProfilerActivity, profile
-
-    try:
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
-            for _ in range(replays):
-                graph.graph.replay()
-                torch.cuda.synchronize()
-        events = prof.profiler.kineto_results.events()
-    except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
-        raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
-    spans = _device_spans(events, torch.autograd.DeviceType.CUDA)
-    if not spans:
-        raise TimingError("the profiler recorded no kernels of the graph replay")
-    groups = chunk_spans(spans, replays)
-    fractions = sorted(busy_ns(g) / max(1, max(s[1] for s in g) - min(s[0] for s in g)) for g in groups)
-    return min(1.0, fractions[len(fractions) // 2]), len(groups[0]) / graph.count
-
-
-def probe_per_call_ms(variants: Sequence[Call]) -> float:
-    """Per-call time from a small graph (no launch overhead, unlike a host-clock estimate)."""
-    probe = CapturedGraph(variants, 10)
-    return min(probe.time_replay() for _ in range(3))
-
-
-def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float = GRAPH_REPLAY_MS,
-                   max_calls: int = GRAPH_MAX_CALLS) -> list[CapturedGraph]:
-    """One graph per variant set, all with the same call count (sized so the slowest replay lasts about
-    ``replay_ms``, at least one pass over every variant) and one shared memory pool."""
-    import torch
-
-    per_call = max(probe_per_call_ms(v) for v in variant_sets)
-    most = max(len(v) for v in variant_sets)
-    count = max(most, min(math.ceil(replay_ms / max(per_call, 1e-6)), max_calls))
-    count = math.ceil(count / most) * most
-    pool = torch.cuda.graph_pool_handle()
-    return [CapturedGraph(v, count, pool) for v in variant_sets]
-
-
-#: replays before sampling: clocks and caches settle (the first replays of a tiny kernel ran slower)
-GRAPH_WARM_MS = 25.0
-
-
-def time_graphs(graphs: Sequence[CapturedGraph], order: Sequence[int]) -> list[list[float]]:
-    """One replay per schedule entry, ms per call (after about GRAPH_WARM_MS of warm-up replays)."""
-    import torch
-
-    samples: list[list[float]] = [[] for _ in graphs]
-    for graph in graphs:
-        start = time.perf_counter()
-        for done in range(1000):
-            graph.graph.replay()
-            torch.cuda.synchronize()
-            if done >= 2 and (time.perf_counter() - start) * 1e3 >= GRAPH_WARM_MS:
-                break
-    for index in order:
-        samples[index].append(graphs[index].time_replay())
-    return samples
