@@ -76,11 +76,12 @@ def test_graph_samples_cycle_through_captures_and_lose_each_capture_s_launch_lat
     def gaps(sets):
         sets[0].captures[0].gap_ms, sets[0].captures[0].activities_per_call = 0.0002, 2.0
         sets[0].captures[1].gap_ms, sets[0].captures[1].activities_per_call = 0.0001, 2.0
+        return 0.0001
 
     monkeypatch.setattr(graphs, "measure_launch_gaps", gaps)
     sets = [graphs.GraphSet([_FakeCapture(0.0, 0.0), _FakeCapture(0.0, 0.0)])]
     note = runner._measure_launch_gaps(sets)
-    assert "subtracted" in note and "up to 0.400 us per call" in note
+    assert "subtracted" in note and "node overhead 0.100 us, up to 0.400 us per call" in note
     record = runner._gap_record(sets[0], [1.0, 2.0, 3.0])
     assert record["graph_idle"] == "subtracted" and record["raw_median_ms"] == 2.0
     assert record["subtracted_per_call_us"] == pytest.approx([0.4, 0.2])

@@ -6,8 +6,11 @@ benchmarks/gpu/graph_gap_probe.py): the device waits a launch latency between de
 of the same calls to the next (a 2 us add read 0 to 18 % slow over five captures). So each call is
 captured ``GRAPH_CAPTURES`` times and the samples cycle through the captures; and where the profiler
 works, one traced replay per capture gives its *floor* gap between nodes (the smallest one: tracing
-stretches the others) and the number of device activities per call, and that floor is subtracted per
-activity. Without a profiler nothing is subtracted and the note says so.
+stretches the others) and the number of device activities per call. Tracing also changes how a graph
+runs: untraced replays of 2 us kernels paid 0.2 to 0.4 us more per node than traced ones showed. So the
+device's per-node launch overhead is also calibrated once per process on a graph of empty kernels
+(untraced replay time per node minus the empty kernel's traced duration). Per device activity of a call,
+the larger of the two is subtracted. Without a profiler nothing is subtracted and the note says so.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ GRAPH_REPLAY_MS = 5.0
 GRAPH_MAX_CALLS = 10_000
 #: captures per call whose replays the samples cycle through (capture-to-capture spread of launch latency)
 GRAPH_CAPTURES = 3
+#: nodes of the empty-kernel calibration graph
+CALIBRATION_NODES = 2000
+_node_overhead_ms: dict[int, float] = {}
+
 #: replays before sampling: clocks and caches settle (the first replays of a tiny kernel ran slower)
 GRAPH_WARM_MS = 25.0
 
@@ -116,11 +123,8 @@ def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float =
     return [GraphSet([CapturedGraph(v, count, pool) for _ in range(captures)]) for v in variant_sets]
 
 
-def launch_gap(capture: CapturedGraph) -> tuple[float, float]:
-    """(floor gap between consecutive device activities in ms, activities per call) from one traced replay.
-
-    Overlapping activities (a call that uses several streams) give a floor of 0: nothing to subtract.
-    """
+def _traced_spans(replay: Any) -> list[tuple[int, int]]:
+    """Device activity spans of one traced ``replay()`` (TimingError when the profiler cannot trace)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -128,12 +132,42 @@ def launch_gap(capture: CapturedGraph) -> tuple[float, float]:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Profiler clears events")
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                capture.graph.replay()
+                replay()
                 torch.cuda.synchronize()
             events = prof.profiler.kineto_results.events()
     except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
         raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
-    spans = device_spans(events, torch.autograd.DeviceType.CUDA)
+    return device_spans(events, torch.autograd.DeviceType.CUDA)
+
+
+def node_overhead_ms() -> float:
+    """The current device's launch overhead per graph node, once per process: an untraced replay of
+    CALIBRATION_NODES empty kernels per node, minus the empty kernel's own (traced) duration."""
+    import statistics
+
+    import torch
+
+    device = torch.cuda.current_device()
+    if device not in _node_overhead_ms:
+        try:
+            capture = CapturedGraph([Call(torch.cuda._sleep, (0,))], CALIBRATION_NODES)
+        except (AttributeError, RuntimeError) as exc:  # no torch.cuda._sleep in this torch
+            raise TimingError(f"node overhead calibration failed: {type(exc).__name__}: {exc}") from exc
+        per_node = statistics.median(capture.time_replay() for _ in range(10))
+        spans = _traced_spans(capture.graph.replay)
+        if len(spans) < CALIBRATION_NODES:
+            raise TimingError(f"the profiler recorded {len(spans)} of {CALIBRATION_NODES} calibration kernels")
+        duration = statistics.median(end - start for start, end in spans) / 1e6
+        _node_overhead_ms[device] = max(0.0, per_node - duration)
+    return _node_overhead_ms[device]
+
+
+def launch_gap(capture: CapturedGraph) -> tuple[float, float]:
+    """(floor gap between consecutive device activities in ms, activities per call) from one traced replay.
+
+    Overlapping activities (a call that uses several streams) give a floor of 0: nothing to subtract.
+    """
+    spans = _traced_spans(capture.graph.replay)
     if len(spans) < capture.count:
         raise TimingError(f"the profiler recorded {len(spans)} device activities for {capture.count} calls")
     return floor_gap_ns(spans) / 1e6, len(spans) / capture.count
@@ -145,11 +179,15 @@ def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:
     return max(0, min(gaps)) if gaps else 0
 
 
-def measure_launch_gaps(sets: Sequence[GraphSet]) -> None:
-    """Set ``gap_ms`` and ``activities_per_call`` of every capture (TimingError: the profiler cannot)."""
+def measure_launch_gaps(sets: Sequence[GraphSet]) -> float:
+    """Set ``gap_ms`` (the larger of the capture's floor gap and the device's node overhead) and
+    ``activities_per_call`` of every capture; returns the node overhead (TimingError: no profiler)."""
+    overhead = node_overhead_ms()
     for graph_set in sets:
         for capture in graph_set.captures:
-            capture.gap_ms, capture.activities_per_call = launch_gap(capture)
+            floor, capture.activities_per_call = launch_gap(capture)
+            capture.gap_ms = max(floor, overhead)
+    return overhead
 
 
 def time_graphs(sets: Sequence[GraphSet], order: Sequence[int]) -> tuple[list[list[float]], list[list[float]]]:

@@ -37,8 +37,9 @@ DESCRIPTIONS = {
              "kernel, memcpy and memset intervals), no host launch overhead",
     "graph": "calls captured in one CUDA graph, each replay timed with CUDA events and divided by the count: "
              "back-to-back kernels, no launch overhead",
-    "graph_idle": "launch latency between graph nodes subtracted (floor gap between device activities in a "
-                  "traced replay, per activity of a call)",
+    "graph_idle": "launch latency between graph nodes subtracted per device activity of a call (the larger "
+                  "of the floor gap in a traced replay and the device's node overhead calibrated on empty "
+                  "kernels)",
     "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
               "few microseconds read several times too slow",
     "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
@@ -227,11 +228,11 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
 def _measure_launch_gaps(sets: Sequence[Any]) -> str:
     """Measure each capture's launch latency (to be subtracted); the note says what was done or why not."""
     try:
-        graphs.measure_launch_gaps(sets)
+        overhead = graphs.measure_launch_gaps(sets)
     except TimingError as exc:
         return f"launch latency between graph nodes not subtracted ({exc})"
     gap = max(c.subtract_ms for s in sets for c in s.captures)
-    return DESCRIPTIONS["graph_idle"] + f": up to {gap * 1e3:.3f} us per call"
+    return DESCRIPTIONS["graph_idle"] + f": node overhead {overhead * 1e3:.3f} us, up to {gap * 1e3:.3f} us per call"
 
 
 def _gap_record(graph_set: Any, raw: list[float]) -> dict[str, Any]:
