@@ -28,7 +28,7 @@ for s in $STAGES; do
     bench) stage kernels_bench 240 python3 benchmarks/kernels_bench.py --out "$OUT" ;;
     fidelity) stage fidelity 200 python3 benchmarks/timer_fidelity.py --out "$OUT" ;;
     dit) stage dit 420 python3 -m pytest --ditgate tests/gates/dit -q -rs -p no:randomly --durations=15 ;;
-    ditbench) stage dit_bench 400 python3 benchmarks/dit_bench.py --out "$OUT" ;;
+    ditbench) stage dit_bench 400 python3 benchmarks/dit_bench.py --out "$OUT" --sampling ;;
     gapprobe) stage graph_gap_probe 120 python3 benchmarks/gpu/graph_gap_probe.py ;;
   esac
 done
