@@ -5,6 +5,15 @@ from __future__ import annotations
 import pytest
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Import torch once up front where it is installed: pytester's in-process runs restore ``sys.modules``
+    afterwards, and a torch first imported inside one run, then dropped, crashes on its next import."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        pass
+
+
 @pytest.fixture(autouse=True)
 def _no_profile_leak(monkeypatch: pytest.MonkeyPatch) -> None:
     """Each test starts with no device profile and a fresh device cache."""

@@ -21,8 +21,17 @@ PACKAGES = ("torch", "triton", "diffusers", "torchmetrics", "lpips", "open-clip-
             "safetensors", "pytest", "pytest-benchmark", "pytest-xdist", "hypothesis", "numpy")
 
 
+#: names the measured commit where git cannot (a copied tree on a GPU host, perhaps with a stale .git)
+COMMIT_ENV = "DITGATE_COMMIT"
+
+
 def git_commit(cwd: str | Path | None = None) -> str | None:
-    """The checked-out commit (with ``-dirty`` when the tree has changes), or None outside git."""
+    """The commit measured: ``$DITGATE_COMMIT`` when set, else the checked-out commit (with ``-dirty`` when
+    the tree has changes), else None outside git."""
+    import os
+
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
     try:
         head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
         if head.returncode != 0:

@@ -83,3 +83,12 @@ def test_artefact_dir_option(pytester: pytest.Pytester) -> None:
     pytester.runpytest("--ditgate", "--ditgate-dir=artefacts/here").assert_outcomes(passed=1)
     assert (pytester.path / "artefacts" / "here" / "environment.json").is_file()
     assert not (pytester.path / ".ditgate").exists()
+
+
+def test_ditgate_commit_names_the_measured_commit_over_git(pytester: pytest.Pytester, monkeypatch) -> None:
+    """A tree copied to a GPU host may carry a stale .git: the commit stated in $DITGATE_COMMIT wins."""
+    pytester.makepyfile("def test_ok():\n    pass\n")
+    monkeypatch.setenv("DITGATE_COMMIT", "0123abc")
+    pytester.runpytest_subprocess("--ditgate").assert_outcomes(passed=1)
+    env = json.loads((pytester.path / ".ditgate" / "environment.json").read_text())
+    assert env["commit"] == "0123abc"
