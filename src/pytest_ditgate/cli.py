@@ -7,8 +7,6 @@ import json
 import sys
 from typing import Callable, Sequence
 
-Handler = Callable[[argparse.Namespace], int]
-
 
 def _doctor(args: argparse.Namespace) -> int:
     from pytest_ditgate.doctor import render_text, run_doctor

@@ -16,8 +16,8 @@ if TYPE_CHECKING:
     from pytest_ditgate.device import DeviceInfo
 
 #: fixtures whose use makes a test a gate test (skipped with a reason when ``--ditgate`` is off)
-GATE_FIXTURES = frozenset({"kernel_check", "ditbench", "golden", "ditgate_device", "quality_gate", "dit_contract",
-                           "ditgate_candidate", "ditgate_lane"})
+GATE_FIXTURES = frozenset({"kernel_check", "ditbench", "golden", "ditgate_device", "ditgate_artefacts", "quality_gate",
+                           "dit_contract", "ditgate_candidate", "ditgate_lane"})
 #: markers that make a test a gate test
 GATE_MARKERS = frozenset({"ditgate", "requires_gpu"})
 

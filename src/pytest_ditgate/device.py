@@ -60,11 +60,6 @@ class DeviceInfo:
     def profile_name(self) -> str | None:
         return self.source.split(":", 1)[1] if self.is_profile else None
 
-    @property
-    def key(self) -> str:
-        """Short device key used to file goldens and bests: ``sm_86`` or ``cpu``."""
-        return self.arch
-
     def describe(self) -> str:
         """``sm_86 (NVIDIA RTX A5500)`` or ``cpu (no CUDA device: ...)``: used in skip reasons."""
         if self.is_cuda:

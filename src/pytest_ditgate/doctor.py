@@ -151,4 +151,4 @@ def render_text(report: DoctorReport) -> str:
     if report.problems:
         lines += ["", "PROBLEMS (a full gate run needs these fixed):"] + [f"  - {p}" for p in report.problems]
     lines += ["", "status: " + ("ok" if report.ok else "NOT READY")]
-    return "\n".join(line for line in lines if line is not None)
+    return "\n".join(lines)

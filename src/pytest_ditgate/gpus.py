@@ -149,10 +149,8 @@ def exclusive_gpu(gpu: str | None = None, *, timeout: float = 3600.0) -> Iterato
     if not lock_root:
         yield
         return
-    from filelock import FileLock
+    from pytest_ditgate.fsutil import lock_for
 
-    Path(lock_root).mkdir(parents=True, exist_ok=True)
-    lock = FileLock(str(Path(lock_root) / f"gpu-{gpu or physical_gpu_id()}.lock"), thread_local=False)
-    with lock.acquire(timeout=timeout):
+    with lock_for(Path(lock_root) / f"gpu-{gpu or physical_gpu_id()}").acquire(timeout=timeout):
         yield
 

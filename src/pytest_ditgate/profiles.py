@@ -6,6 +6,7 @@ live in ``pytest_ditgate/profiles/``; a user profile is any JSON file with the s
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from importlib import resources
 from pathlib import Path
@@ -79,11 +80,4 @@ def load_profile(spec: str):
     if "triton" not in data:
         host["triton"] = toolchain.triton_version()
     gpu_count = data.get("gpu_count", 1 if info.is_cuda else 0)
-    import dataclasses
-
     return dataclasses.replace(info, source=f"profile:{data['_origin']}", gpu_count=gpu_count, **host)
-
-
-def profile_match_name(spec: str) -> str | None:
-    """The substring that a real device's name must contain to count as this profile (for targets)."""
-    return read_profile(spec).get("match_name")

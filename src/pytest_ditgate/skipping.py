@@ -41,11 +41,11 @@ def item_requirements(item: pytest.Item) -> list["Requirements"]:
     return [parse_requirements(mark.args, dict(mark.kwargs)) for mark in marks]
 
 
-def evaluate_device_marks(item: pytest.Item, device: "DeviceInfo") -> Skip | None:
-    """The skip decision for ``item`` on ``device``: the first unmet marker's reason, or None."""
+def evaluate_device_marks(requirements: list["Requirements"], device: "DeviceInfo") -> Skip | None:
+    """The skip decision on ``device`` for a test's parsed markers: the first unmet marker's reason, or None."""
     from pytest_ditgate.requirements import skip_reason
 
-    for requirement in item_requirements(item):
+    for requirement in requirements:
         reason = skip_reason(requirement, device)
         if reason is not None:
             return Skip(reason)
@@ -60,11 +60,15 @@ def is_gate_test(item: pytest.Item) -> bool:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Reject malformed requirement markers at collection; mark gate tests skipped when gates are off."""
     problems = []
+    marked: dict[pytest.Item, list[Requirements]] = {}  # each item's markers, parsed once
     for item in items:
         try:
-            item_requirements(item)
+            requirements = item_requirements(item)
         except DitgateUsageError as exc:
             problems.append(f"{item.nodeid}: {exc}")
+            continue
+        if requirements:
+            marked[item] = requirements
     if problems:
         raise pytest.UsageError("bad requires_gpu marker(s):\n  " + "\n  ".join(problems))
     context = get_context(config)
@@ -74,11 +78,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             if is_gate_test(item):
                 item.add_marker(off)
         return
-    marked = [item for item in items if item.get_closest_marker("requires_gpu") is not None]
     if not marked:
         return  # no device probe (and no torch import) for suites that never ask for a GPU
     device = context.device()
-    for item in marked:
-        decision = evaluate_device_marks(item, device)
+    for item, requirements in marked.items():
+        decision = evaluate_device_marks(requirements, device)
         if decision is not None:
             item.add_marker(pytest.mark.skip(reason=decision.reason))

@@ -6,9 +6,12 @@ import pytest
 
 
 def test_device_is_identified(ditgate_device) -> None:
-    assert ditgate_device.arch == "cpu" or ditgate_device.arch.startswith("sm_")
     if ditgate_device.is_cuda:
+        assert ditgate_device.cc is not None and ditgate_device.arch == "sm_{}{}".format(*ditgate_device.cc)
         assert ditgate_device.sm_count and ditgate_device.total_memory_bytes and ditgate_device.l2_bytes
+        assert ditgate_device.gpu_count >= 1
+    else:
+        assert ditgate_device.gpu_count == 0 and ditgate_device.cc is None
 
 
 @pytest.mark.requires_gpu(bf16=True, why="bf16 tensor math")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -144,6 +145,24 @@ def test_per_call_override_and_compute_dtype() -> None:
     with pytest.raises(GateFailure):
         check_kernel(kernel, lambda x: x, make)
     assert check_kernel(kernel, lambda x: x, make, rtol=6e-3, rel_norm=6e-3).passed
+    tf32_like = lambda x: x * 1.001  # noqa: E731 - 0.1 % off: tf32 rounding, far beyond the fp32 bounds
+    make32 = _inputs(torch.float32, (16, 16))
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(tf32_like, lambda x: x, make32)
+    assert _reason(excinfo) == "mismatch"
+    assert check_kernel(tf32_like, lambda x: x, make32, compute_dtype="tf32").passed
+
+
+@pytest.mark.parametrize("candidate, reference, what", [
+    (lambda x: 0.0, lambda x: float(x.sum()), "non-tensor values out (float)"),
+    (lambda x: (x * 2, 0), lambda x: (x * 2, int(x.argmax())), "non-tensor values out[1] (int)"),
+    (lambda x: x * 2, lambda x: None, "no tensor"),
+])
+def test_outputs_the_gate_cannot_compare_are_a_usage_error(candidate, reference, what: str) -> None:
+    """Non-tensor outputs are never compared, so a candidate returning any number would pass: refuse them."""
+    with pytest.raises(DitgateUsageError, match=re.escape(f"reference returned {what}")):
+        check_kernel(candidate, reference, _inputs(torch.float32, (4,)))
+    assert check_kernel(lambda x: (x * 2, None), lambda x: (x * 2, None), _inputs(torch.float32, (4,))).passed
 
 
 def test_reference_falls_back_to_float32_and_can_run_in_the_input_dtype() -> None:
@@ -242,9 +261,6 @@ def test_timer_integrity_does_not_import_torch() -> None:
 
 def test_timer_integrity_first_imported_under_a_patch_does_not_adopt_it() -> None:
     """Imported for the first time while a test patched perf_counter: the patch is caught, the restored clock is not."""
-    import subprocess
-    import sys
-
     code = (
         "import time\n"
         "real = time.perf_counter\n"
@@ -259,10 +275,6 @@ def test_timer_integrity_first_imported_under_a_patch_does_not_adopt_it() -> Non
 
 def test_a_compiled_candidate_is_checked_as_compiled_code() -> None:
     """The poisoning dispatch mode must not push a torch.compile'd candidate back to eager."""
-    import torch
-
-    from pytest_ditgate import check_kernel
-
     runs: list[int] = []
 
     def counting_backend(graph_module, example_inputs):  # noqa: ANN001 - dynamo's backend signature

@@ -30,6 +30,16 @@ def test_gate_tests_skip_with_how_to_enable(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*gates are off; run pytest with --ditgate*"])
 
 
+@pytest.mark.parametrize("fixture", ["ditgate_device", "ditgate_artefacts"])
+def test_core_fixture_makes_a_gate_test(pytester: pytest.Pytester, fixture: str) -> None:
+    """A ditgate fixture exists only with the gates on: without them its test skips with the reason, no error."""
+    pytester.makepyfile(f"def test_uses_it({fixture}):\n    assert {fixture}\n")
+    result = pytester.runpytest("-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*gates are off; run pytest with --ditgate*"])
+    pytester.runpytest("--ditgate").assert_outcomes(passed=1)
+
+
 def test_ini_option_turns_gates_on(pytester: pytest.Pytester, use_profile) -> None:
     use_profile("h200")
     pytester.makeini("[pytest]\nditgate = true\n")

@@ -7,25 +7,25 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 WORKFLOW = Path(__file__).resolve().parents[2] / ".github" / "workflows" / "ditgate.yml"
 
 
-def test_workflow_passes_the_github_workflow_schema() -> None:
+def _schema_check(workflow: Path) -> subprocess.CompletedProcess:
+    """``check-jsonschema`` against GitHub's workflow schema."""
     exe = shutil.which("check-jsonschema") or str(Path(sys.executable).with_name("check-jsonschema"))
-    proc = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(WORKFLOW)],
+    return subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(workflow)],
                           capture_output=True, text=True, timeout=120)
+
+
+def test_workflow_passes_the_github_workflow_schema() -> None:
+    proc = _schema_check(WORKFLOW)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
 def test_schema_check_rejects_a_broken_workflow(tmp_path: Path) -> None:
-    exe = shutil.which("check-jsonschema") or str(Path(sys.executable).with_name("check-jsonschema"))
     bad = tmp_path / "bad.yml"
     bad.write_text("name: x\non: [push]\njobs:\n  a:\n    runs_on: ubuntu\n    steps: 3\n")
-    proc = subprocess.run([exe, "--builtin-schema", "vendor.github-workflows", str(bad)],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode != 0
+    assert _schema_check(bad).returncode != 0
 
 
 def test_gpu_job_targets_the_a5500_and_uploads_artefacts() -> None:

@@ -25,7 +25,8 @@ import torch
 
 from pytest_ditgate.correctness import compare, poison
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
-from pytest_ditgate.correctness.structure import as_call, map_tensors, named_call_tensors, named_tensors, structure_of
+from pytest_ditgate.correctness.structure import (as_call, map_tensors, named_call_tensors, named_leaves, named_tensors,
+                                                   structure_of)
 from pytest_ditgate.correctness.tolerances import dtype_name, tolerance_for
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.timer_integrity import tampered_timers
@@ -58,8 +59,9 @@ def check_kernel(
 
     ``make_inputs(seed)`` returns the arguments: a tuple (positional), a dict (keyword), ``(args, kwargs)``
     or one tensor. Trial ``i`` uses seed ``seed + i``. Outputs may be a tensor or nested tuples/lists/dicts
-    of tensors. ``reference_dtype``: ``"float64"`` (default; falls back to float32 when the reference
-    fails in float64), ``"float32"``, or ``None``/``"same"`` to run the reference on the inputs' dtypes.
+    of tensors (``None`` entries allowed; any other value is a usage error). ``reference_dtype``:
+    ``"float64"`` (default; falls back to float32 when the reference fails in float64), ``"float32"``, or
+    ``None``/``"same"`` to run the reference on the inputs' dtypes.
     Tolerances come from :func:`tolerance_for` on each output's dtype (or ``compute_dtype``, e.g.
     ``"tf32"``), overridden by ``rtol``/``atol``/``rel_norm``. ``out_args`` names positional indices or
     keyword names of output buffers the kernel writes (poisoned before each call; the kernel's outputs
@@ -215,6 +217,7 @@ class _Run:
                 raise
             out = self._call_reference(pristine, torch.float32, trial)
             self.report.reference_dtype = f"float32 (float64 failed: {type(exc).__name__})"
+        _require_tensor_outputs(out)
         if self.expected_dtypes is None:
             self.expected_dtypes = self._native_dtypes(pristine, out)
         return out
@@ -341,6 +344,19 @@ class _Run:
         self.report.failed_output = output
         message = failure_message(self.report, reason, headline, trial, details)
         raise GateFailure(reason, message, report=self.report) from cause
+
+
+def _require_tensor_outputs(out: Any) -> None:
+    """Only tensors are compared: a reference output with no tensor, or with other values beside its tensors
+    (a Python number, a bool), would leave those values unchecked, so it is a usage error (None is allowed)."""
+    leaves = list(named_leaves(out, "out"))
+    loose = [f"{name} ({type(value).__name__})" for name, value in leaves
+             if value is not None and not isinstance(value, torch.Tensor)]
+    if loose or not any(isinstance(value, torch.Tensor) for _, value in leaves):
+        raise DitgateUsageError(
+            "kernel_check compares tensor outputs only, but the reference returned "
+            + (f"non-tensor values {', '.join(loose)}" if loose else "no tensor")
+            + ": nothing would check them; return them as tensors (nested in tuples/lists/dicts)")
 
 
 def _snapshot(tensor: torch.Tensor) -> torch.Tensor:

@@ -7,11 +7,11 @@ from typing import Any
 import torch
 
 from pytest_ditgate.correctness.report import OutputComparison, TensorDesc
-from pytest_ditgate.correctness.tolerances import Tolerance
+from pytest_ditgate.correctness.tolerances import Tolerance, dtype_name
 
 
 def describe(name: str, tensor: torch.Tensor) -> TensorDesc:
-    return TensorDesc(name=name, shape=tuple(tensor.shape), dtype=str(tensor.dtype).removeprefix("torch."),
+    return TensorDesc(name=name, shape=tuple(tensor.shape), dtype=dtype_name(tensor.dtype),
                       strides=tuple(tensor.stride()), contiguous=tensor.is_contiguous(), device=str(tensor.device))
 
 
@@ -56,8 +56,7 @@ def nonfinite_where_reference_finite(candidate: torch.Tensor, reference: torch.T
 def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance) -> OutputComparison:
     """Elementwise and relative-norm errors of ``candidate`` against ``reference`` (same shape)."""
     result = OutputComparison(name=name, shape=tuple(candidate.shape),
-                              dtype=str(candidate.dtype).removeprefix("torch."),
-                              reference_dtype=str(reference.dtype).removeprefix("torch."),
+                              dtype=dtype_name(candidate.dtype), reference_dtype=dtype_name(reference.dtype),
                               tolerance=tolerance, numel=candidate.numel())
     if candidate.numel() == 0:
         return result
@@ -95,6 +94,6 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
 
 def _item(tensor: torch.Tensor, index: tuple[int, ...]) -> Any:
     value = tensor[index] if index else tensor
-    if value.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) or str(value.dtype).startswith("torch.float8"):
+    if dtype_name(value.dtype).startswith("float8"):
         value = value.float()
     return value.item()

@@ -1,7 +1,8 @@
-"""The ``kernel_check`` fixture and its options (``--ditgate-kernel-trials``, ``--ditgate-kernel-seed``).
+"""The ``kernel_check`` fixture; its defaults come from ``--ditgate-kernel-trials``/``--ditgate-kernel-seed``
+(declared in ``correctness/options.py``).
 
-Registered by ``plugin.py`` in every run; torch is imported only when a test calls the fixture. Each call
-is recorded on the test item as ``(label, passed, reason)`` under ``keys.kernel_checks_key``, so the
+Registered by ``plugin.py`` under ``--ditgate``; torch is imported only when a test calls the fixture. Each
+call is recorded on the test item as ``(label, passed, reason)`` under ``keys.kernel_checks_key``, so the
 timing fixture can refuse to time a kernel whose output failed its reference check.
 """
 
@@ -12,10 +13,8 @@ from typing import Any, Callable
 import pytest
 
 from pytest_ditgate import options
-from pytest_ditgate.keys import kernel_checks_key
-
-
 from pytest_ditgate.correctness.options import SEED, TRIALS
+from pytest_ditgate.keys import kernel_checks_key
 
 
 class KernelCheck:

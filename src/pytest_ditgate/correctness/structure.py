@@ -29,16 +29,21 @@ def as_call(inputs: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     return (inputs,), {}
 
 
-def named_tensors(value: Any, name: str) -> Iterator[tuple[str, Any]]:
-    """Every tensor in ``value`` with a path-like name (non-tensor leaves are skipped)."""
-    if is_tensor(value):
-        yield name, value
-    elif isinstance(value, dict):
+def named_leaves(value: Any, name: str) -> Iterator[tuple[str, Any]]:
+    """Every leaf of ``value`` (a tensor or any other non-container) with a path-like name."""
+    if isinstance(value, dict):
         for key, item in value.items():
-            yield from named_tensors(item, f"{name}[{key!r}]")
+            yield from named_leaves(item, f"{name}[{key!r}]")
     elif isinstance(value, (tuple, list)):
         for index, item in enumerate(value):
-            yield from named_tensors(item, f"{name}[{index}]")
+            yield from named_leaves(item, f"{name}[{index}]")
+    else:
+        yield name, value
+
+
+def named_tensors(value: Any, name: str) -> Iterator[tuple[str, Any]]:
+    """Every tensor in ``value`` with a path-like name (non-tensor leaves are skipped)."""
+    return ((leaf_name, leaf) for leaf_name, leaf in named_leaves(value, name) if is_tensor(leaf))
 
 
 def named_call_tensors(args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
