@@ -10,8 +10,7 @@ Public API (torch imported on first use, not at ``import kernels``):
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pytest_ditgate.lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -24,11 +23,4 @@ _LAZY = {
 
 __all__ = ["__version__", *_LAZY]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'kernels' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

@@ -36,9 +36,8 @@ def _status(args: argparse.Namespace) -> int:
 def _build(args: argparse.Namespace) -> int:
     failed = 0
     for spec in modules.all_specs():
-        if args.ops and spec.name.split("__")[0] not in args.ops:
-            continue
-        if args.dtypes and dict(spec.params)["dtype"] not in args.dtypes:
+        params = dict(spec.params)
+        if (args.ops and params["op"] not in args.ops) or (args.dtypes and params["dtype"] not in args.dtypes):
             continue
         try:
             module = spec.build_and_load(args.archs)
@@ -56,8 +55,9 @@ def main(argv: list[str] | None = None) -> int:
         p = sub.add_parser(name)
         p.add_argument("--archs", default=None, help='target archs, e.g. "8.6 9.0" (default: env or visible GPU)')
     build = sub.choices["build"]
-    build.add_argument("--ops", nargs="*", default=None, help=f"ops to build ({', '.join(modules.OPS)})")
-    build.add_argument("--dtypes", nargs="*", default=None, help=f"dtypes to build ({', '.join(modules.DTYPES)})")
+    build.add_argument("--ops", nargs="*", default=None, choices=list(modules.OPS), help="ops to build (default: all)")
+    build.add_argument("--dtypes", nargs="*", default=None, choices=list(modules.DTYPES),
+                       help="dtypes to build (default: all)")
     args = parser.parse_args(argv)
     return _status(args) if args.command == "status" else _build(args)
 

@@ -68,7 +68,8 @@ def ninja_file(commands: BuildCommands) -> str:
 
 
 def run_build(module: str, build_dir: Path, commands: BuildCommands, jobs: int) -> str:
-    """Run the build in ``build_dir``; returns the log; raises :class:`BuildError` with the log tail."""
+    """Run the build in ``build_dir`` (log in ``build.log``); returns the tool that ran it, ``"ninja"`` or
+    ``"nvcc"``; raises :class:`BuildError` with the log tail."""
     from pytest_ditgate.fsutil import atomic_write_text
 
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -81,14 +82,15 @@ def run_build(module: str, build_dir: Path, commands: BuildCommands, jobs: int) 
         steps = [[ninja, "-C", str(build_dir), "-j", str(max(1, jobs))]]
     else:  # no ninja: the same commands, one after another
         steps = [commands.compile_argv(*unit) for unit in commands.compiles] + [commands.link_argv()]
-    log_parts = []
+    log_parts, failed = [], False
     for argv in steps:
         done = subprocess.run(argv, cwd=build_dir, capture_output=True, text=True)
         log_parts.append(f"$ {shlex.join(argv)}\n{done.stdout}{done.stderr}")
         if done.returncode != 0:
-            log = "\n".join(log_parts)
-            atomic_write_text(build_dir / "build.log", log)
-            raise BuildError(module, build_dir, "\n".join(log.splitlines()[-40:]))
+            failed = True
+            break
     log = "\n".join(log_parts)
     atomic_write_text(build_dir / "build.log", log)
-    return log
+    if failed:
+        raise BuildError(module, build_dir, "\n".join(log.splitlines()[-40:]))
+    return "nvcc" if ninja is None else "ninja"

@@ -53,11 +53,6 @@ def gen_dir() -> Path:
     return Path(raw).expanduser().absolute() if raw else _base() / "generated"
 
 
-def lock_dir() -> Path:
-    """One lock file per module lives in the cache's ``tmp/`` folder."""
-    return cache_dir() / "tmp"
-
-
 def archs_text() -> str | None:
     return os.environ.get(ARCHS) or None
 

@@ -28,12 +28,12 @@ import shutil
 import tempfile
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from kernels.jit import arch as arch_mod
-from kernels.jit import builder, env, registry
+from kernels.jit import builder, env
 from kernels.jit.errors import JitError, LockTimeoutError, MissingJitCacheError
 from kernels.jit.toolkit import Toolkit, find_toolkit
 
@@ -161,7 +161,7 @@ class JitSpec:
     ldflags: tuple[str, ...] = ()
     supported_archs: tuple[arch_mod.Arch, ...] = DEFAULT_ARCHS
     include_dirs: tuple[Path, ...] = ()
-    params: tuple[tuple[str, str], ...] = field(default=())
+    params: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         names = [Path(s).name for s in self.sources] + [n for n, _ in self.generated]
@@ -245,12 +245,8 @@ class JitSpec:
             return None
         return self.load(plan, meta, origin="cache")
 
-    def load(self, plan: BuildPlan, meta: dict[str, Any] | None = None, *, origin: str = "cache") -> LoadedModule:
-        """Load the artefact of ``plan``; real failures raise."""
-        if meta is None:
-            meta, why = self.check_cached(plan)
-            if meta is None:
-                raise JitError(f"kernel module {self.name!r}: artefact {plan.artefact} is {why}")
+    def load(self, plan: BuildPlan, meta: dict[str, Any], *, origin: str = "cache") -> LoadedModule:
+        """Load the artefact of ``plan`` described by its checked ``meta``; real failures raise."""
         try:
             module = LoadedModule(self.name, plan.artefact, meta, origin)
         except OSError as exc:
@@ -293,11 +289,11 @@ class JitSpec:
         if meta is not None:
             return meta
         log.info("kernel module %s: compiling for sm_%s with %s", self.name,
-                    ", sm_".join(f"{a}{b}" for a, b in plan.archs), plan.toolkit.describe())
+                 ", sm_".join(f"{a}{b}" for a, b in plan.archs), plan.toolkit.describe())
         started = time.perf_counter()
         units = self._write_sources(plan)
         commands = self.commands(plan, units)
-        builder.run_build(self.name, plan.build_dir, commands, env.max_jobs())
+        tool = builder.run_build(self.name, plan.build_dir, commands, env.max_jobs())
         built = Path(commands.output)
         fd, tmp = tempfile.mkstemp(prefix=f".{plan.artefact.name}.", suffix=".tmp", dir=plan.module_dir)
         os.close(fd)
@@ -318,7 +314,7 @@ class JitSpec:
             "artefact_bytes": plan.artefact.stat().st_size,
             "toolkit": plan.toolkit.describe(),
             "nvcc": plan.toolkit.nvcc,
-            "builder": "ninja" if builder.find_ninja() else "nvcc",
+            "builder": tool,
             "build_dir": str(plan.build_dir),
             "build_seconds": round(time.perf_counter() - started, 3),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -333,7 +329,6 @@ class JitSpec:
 
     def build_and_load(self, archs: str | Sequence[str | arch_mod.Arch] | None = None) -> LoadedModule:
         """The one lifecycle: memory -> try_load -> lock -> try_load -> kill switch -> build -> load."""
-        registry.register(self)
         if env.no_cache():
             return self._build_uncached(archs)
         plan = self.plan(archs)

@@ -99,19 +99,40 @@ print(json.dumps({{"origin": module.origin, "path": str(module.path), "answer": 
 """
 
 
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def python_env(env: dict[str, str]) -> dict[str, str]:
+    """This process's environment without the kernels switches, plus ``env``, with the repository on the path."""
+    import os
+
+    full_env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
+    full_env.update(env)
+    full_env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), str(REPO_ROOT / "src"), full_env.get("PYTHONPATH", "")])
+    return full_env
+
+
 def run_python(code: str, env: dict[str, str], timeout: float = 300) -> dict:
     """Run ``code`` in a new interpreter (repository root on sys.path) and parse its last stdout line."""
     import json
-    import os
 
-    root = Path(__file__).resolve().parents[2]
-    full_env = {k: v for k, v in os.environ.items() if k not in ENV_VARS}
-    full_env.update(env)
-    full_env["PYTHONPATH"] = os.pathsep.join([str(root), str(root / "src"), full_env.get("PYTHONPATH", "")])
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env,
-                          timeout=timeout, cwd=root)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=python_env(env),
+                          timeout=timeout, cwd=REPO_ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def find_cuobjdump(toolkit_root: str) -> str | None:
+    """``cuobjdump`` of the toolkit, on PATH, or the copy triton's pip package ships for its NVIDIA backend."""
+    for candidate in (Path(toolkit_root) / "bin" / "cuobjdump", shutil.which("cuobjdump")):
+        if candidate and Path(candidate).is_file():
+            return str(candidate)
+    try:
+        import triton
+    except ImportError:
+        return None
+    bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    return str(bundled) if bundled.is_file() else None
 
 
 def copy_cache(prebuilt: dict, dest: Path) -> Path:

@@ -9,14 +9,13 @@ the SASS checks need ``cuobjdump`` (CUDA toolkit or triton's copy) and are skipp
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.kernels.conftest import needs_nvcc
+from tests.kernels.conftest import find_cuobjdump, needs_nvcc
 
 pytestmark = [needs_nvcc, pytest.mark.slow]
 
@@ -24,28 +23,16 @@ pytestmark = [needs_nvcc, pytest.mark.slow]
 HOT = (r"gated_residual_vec_kernel", r"adaln_warp_kernel(_3blocks)?I[^L]+Li[1-5]E")
 
 
-def _cuobjdump(root: str) -> str | None:
-    for candidate in (Path(root) / "bin" / "cuobjdump", shutil.which("cuobjdump")):
-        if candidate and Path(candidate).is_file():
-            return str(candidate)
-    try:
-        import triton  # its pip package ships cuobjdump for the NVIDIA backend
-
-        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        return str(bundled) if bundled.is_file() else None
-    except ImportError:
-        return None
-
-
 def _compile(nvcc: str, op: str, dtype: str, work: Path) -> tuple[str, Path]:
-    from kernels.modules import CSRC, OPS, config_header
+    from kernels.modules import CSRC, OPS, config_header, gen_spec
 
     gen = work / dtype
     gen.mkdir(parents=True, exist_ok=True)
     (gen / "ditgate_config.h").write_text(config_header(dtype))
     cubin = work / f"{op}.{dtype}.cubin"
-    done = subprocess.run([nvcc, "-O3", "-std=c++17", "-DNDEBUG", "-gencode", "arch=compute_90,code=sm_90",
-                           f"-I{CSRC}", f"-I{gen}", "-Xptxas", "-v", "-cubin", "-o", str(cubin), str(CSRC / OPS[op])],
+    flags = gen_spec(op, dtype).semantic_cflags()  # the flags of the real build
+    done = subprocess.run([nvcc, *flags, "-gencode", "arch=compute_90,code=sm_90", f"-I{CSRC}", f"-I{gen}",
+                           "-Xptxas", "-v", "-cubin", "-o", str(cubin), str(CSRC / OPS[op])],
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, f"nvcc failed on {OPS[op]} ({dtype}):\n{done.stderr[-3000:]}"
     return done.stdout + done.stderr, cubin
@@ -102,7 +89,7 @@ def builds(tmp_path_factory: pytest.TempPathFactory) -> dict:
     for (op, dtype), (log, cubin) in zip(jobs, results):
         usage.update(_usage(log))
         cubins[(op, dtype)] = cubin
-    return {"usage": usage, "cubins": cubins, "cuobjdump": _cuobjdump(toolkit.root)}
+    return {"usage": usage, "cubins": cubins, "cuobjdump": find_cuobjdump(toolkit.root)}
 
 
 def test_bf16_hot_kernels_use_the_registers_of_fp16_and_never_spill(builds) -> None:
