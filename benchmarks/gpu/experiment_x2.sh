@@ -15,7 +15,6 @@ if [ -d .whl ]; then
   export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
 fi
 python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/pip.log" 2>&1 || echo "editable install failed"
-BIN=$(python3 -c "import sys, os; print(os.path.dirname(sys.executable))")
 DITGATE="python3 -m pytest_ditgate"
 nvidia-smi -L 2>/dev/null | tee "$OUT/gpus.txt"
 git --version || { echo "no git on this machine"; }

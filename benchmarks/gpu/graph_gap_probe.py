@@ -22,7 +22,8 @@ from harness import log  # noqa: E402
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
-from pytest_ditgate.bench.timers import busy_ns  # noqa: E402
+from pytest_ditgate.bench.graphs import CapturedGraph  # noqa: E402
+from pytest_ditgate.bench.timers import Call, busy_ns  # noqa: E402
 
 
 def trace(fn, reps):
@@ -45,36 +46,21 @@ def truth(call, n=200):
 
 
 def capture(body, count):
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            body()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(count):
-            body()
+    """``count`` calls of ``body`` in one graph (the graph mechanism's capture), replayed 20 times to warm up."""
+    graph = CapturedGraph([Call(body)], count)
     for _ in range(20):
-        graph.replay()
+        graph.graph.replay()
     torch.cuda.synchronize()
     return graph
 
 
-def replay_us(graph, count, reps=50):
-    values = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        graph.replay()
-        b.record()
-        torch.cuda.synchronize()
-        values.append(a.elapsed_time(b) * 1e3 / count)
-    return statistics.median(values)
+def replay_us(graph, reps=50):
+    """Median event-timed us per call over ``reps`` replays."""
+    return statistics.median(graph.time_replay() for _ in range(reps)) * 1e3
 
 
-def traced_replay(graph, count):
-    spans = trace(graph.replay, 1)
+def traced_replay(graph):
+    spans, count = trace(graph.graph.replay, 1), graph.count
     gaps = [spans[i + 1][0] - spans[i][1] for i in range(len(spans) - 1)]
     return (busy_ns([(s, e) for s, e, _ in spans]) / count / 1e3, len(spans) / count,
             min(gaps) / 1e3 if gaps else 0.0, statistics.median(gaps) / 1e3 if gaps else 0.0)
@@ -94,20 +80,20 @@ def main() -> None:
         print(f"\n== {name}: truth CUPTI busy {t:.3f} us per call; activities {kinds}")
         for i in range(5):
             g = capture(call, count)
-            ev = replay_us(g, count)
-            busy, per_call, gmin, gmed = traced_replay(g, count)
+            ev = replay_us(g)
+            busy, per_call, gmin, gmed = traced_replay(g)
             print(f"  capture {i}: events {ev:.3f} us ({ev / t - 1:+.1%})  traced busy {busy:.3f} ({busy / t - 1:+.1%}) "
                   f"acts/call {per_call:.1f} gap min {gmin:.3f} med {gmed:.3f} us  events-busy {ev - busy:.3f}")
             del g
         if call_out is not None:
             g = capture(call_out, count)
-            ev = replay_us(g, count)
-            busy, *_ = traced_replay(g, count)
+            ev = replay_us(g)
+            busy, *_ = traced_replay(g)
             print(f"  out= preallocated: events {ev:.3f} us ({ev / t - 1:+.1%}) traced busy {busy:.3f} ({busy / t - 1:+.1%})")
         cycles = 4000  # about 2 us at 1.98 GHz
         spacer = capture(lambda: torch.cuda._sleep(cycles), count)
         spaced = capture(lambda: (call(), torch.cuda._sleep(cycles)), count)
-        s, p = replay_us(spacer, count), replay_us(spaced, count)
+        s, p = replay_us(spacer), replay_us(spaced)
         print(f"  spaced: [op, sleep] {p:.3f} - [sleep] {s:.3f} = {p - s:.3f} us ({(p - s) / t - 1:+.1%})")
         log(f"{name} done")
 

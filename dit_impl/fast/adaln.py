@@ -37,9 +37,8 @@ def gated_residual(x: "torch.Tensor", gate: "torch.Tensor", y: "torch.Tensor") -
 def residual_norm_modulate(x: "torch.Tensor", gate: "torch.Tensor", y: "torch.Tensor", shift: "torch.Tensor",
                            scale: "torch.Tensor", eps: float) -> tuple["torch.Tensor", "torch.Tensor"]:
     """``x_new = gated_residual(x, gate, y)`` and ``norm_modulate(x_new, ...)``: the attention-to-MLP seam."""
-    module = importlib.import_module(__name__)
-    x_new = module.gated_residual(x, gate, y)
-    return x_new, module.norm_modulate(x_new, shift, scale, eps)
+    x_new = gated_residual(x, gate, y)
+    return x_new, norm_modulate(x_new, shift, scale, eps)
 
 
 @dataclass(frozen=True)
@@ -54,10 +53,10 @@ class AdalnOps:
 
 
 def torch_ops(reason: str) -> AdalnOps:
-    # looked up through the module at call time so a test can replace one op (a deliberate fault)
-    module = importlib.import_module(__name__)
-    return AdalnOps(lambda *a: module.norm_modulate(*a), lambda *a: module.gated_residual(*a),
-                    lambda *a: module.residual_norm_modulate(*a), "torch", reason)
+    # lambdas, not the functions: the module globals are looked up at call time, so a test can replace
+    # one op with monkeypatch.setattr(adaln, ...) (a deliberate fault) after the model was built
+    return AdalnOps(lambda *a: norm_modulate(*a), lambda *a: gated_residual(*a),
+                    lambda *a: residual_norm_modulate(*a), "torch", reason)
 
 
 def _find(package: Any, op: str) -> Callable[..., Any] | None:

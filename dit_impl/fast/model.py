@@ -8,7 +8,6 @@ kernels, blocks can be compiled one by one. ``FastDiT.report()`` says what each 
 
 from __future__ import annotations
 
-import time
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -123,7 +122,7 @@ class Conditioning(nn.Module):
 class FastBlock(nn.Module):
     """One adaLN-Zero DiT block taking its precomputed modulation [B, 6D] instead of computing it."""
 
-    def __init__(self, shape: DitShape, options: FastOptions, recorder: AttentionRecorder) -> None:
+    def __init__(self, shape: DitShape, options: FastOptions) -> None:
         super().__init__()
         d = shape.hidden
         self.heads, self.head_dim = shape.num_attention_heads, shape.attention_head_dim
@@ -136,7 +135,6 @@ class FastBlock(nn.Module):
         self.fc1 = nn.Linear(d, 4 * d)
         self.fc2 = nn.Linear(4 * d, d)
         self.ops = adaln.torch_ops("default")
-        self._recorder = recorder
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
@@ -177,13 +175,11 @@ class FastDiT(nn.Module):
         self.patch = nn.Conv2d(shape.in_channels, d, kernel_size=p, stride=p)
         self.register_buffer("pos_embed", patch_positions(d, shape.grid), persistent=False)
         self.cond = Conditioning(shape, embedders or shape.num_layers, self.options.batched_conditioning)
-        self.transformer_blocks = nn.ModuleList(FastBlock(shape, self.options, self.recorder)
-                                                for _ in range(shape.num_layers))
+        self.transformer_blocks = nn.ModuleList(FastBlock(shape, self.options) for _ in range(shape.num_layers))
         self.proj_out_1 = nn.Linear(d, 2 * d)
         self.proj_out_2 = nn.Linear(d, p * p * shape.out_channels)
         self.adaln_impl = adaln.torch_ops("not prepared")
         self.gelu_epilogue_reason = "not prepared"
-        self.compile_seconds: float | None = None
         self._compiled = False
 
     @property
@@ -254,16 +250,6 @@ class FastDiT(nn.Module):
         return {"options": self.options.to_dict(), "label": self.options.label(), "sdpa": self.recorder.report(),
                 "adaln": {"impl": self.adaln_impl.impl, "reason": self.adaln_impl.reason},
                 "gelu_epilogue": self.gelu_epilogue_reason,
-                "compile": {"mode": self.options.compile, "compile_mode": self.options.compile_mode,
-                            "seconds_first_call": self.compile_seconds},
+                "compile": {"mode": self.options.compile, "compile_mode": self.options.compile_mode},
                 "shared_embedder": self.cond.embedders == 1, "dtype": str(self.dtype).replace("torch.", ""),
                 "device": str(self.device)}
-
-    def timed_first_call(self, *args: Any, **kwargs: Any) -> Any:
-        """Run one forward and record its wall time as the compile cost (synchronised)."""
-        start = time.perf_counter()
-        out = self(*args, **kwargs)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self.compile_seconds = time.perf_counter() - start
-        return out

@@ -63,15 +63,15 @@ def _convert(sd: Mapping[str, "torch.Tensor"], layers: int, fused_qkv: bool, sha
     out["cond.ada_w"] = torch.stack([take(f"transformer_blocks.{i}.norm1.linear.weight") for i in range(layers)])
     out["cond.ada_b"] = torch.stack([take(f"transformer_blocks.{i}.norm1.linear.bias") for i in range(layers)])
     for i in range(layers):
-        src, dst = f"transformer_blocks.{i}.", f"transformer_blocks.{i}."
+        block = f"transformer_blocks.{i}."  # the same prefix in both layouts
         for key, name in _BLOCK_KEYS.items():
-            out[dst + name] = take(src + key)
+            out[block + name] = take(block + key)
         for part in ("weight", "bias"):
-            q, k, v = (take(f"{src}attn1.to_{x}.{part}") for x in "qkv")
+            q, k, v = (take(f"{block}attn1.to_{x}.{part}") for x in "qkv")
             if fused_qkv:
-                out[f"{dst}qkv.{part}"] = torch.cat([q, k, v], dim=0)
+                out[f"{block}qkv.{part}"] = torch.cat([q, k, v], dim=0)
             else:
-                out[f"{dst}q.{part}"], out[f"{dst}k.{part}"], out[f"{dst}v.{part}"] = q, k, v
+                out[f"{block}q.{part}"], out[f"{block}k.{part}"], out[f"{block}v.{part}"] = q, k, v
     unexpected = sorted(set(sd) - used)
     if unexpected:
         raise FastWeightsError(f"state dict has {len(unexpected)} key(s) the fast DiT does not use: "

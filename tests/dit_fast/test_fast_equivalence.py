@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.dit_fast.helpers import rel_l2
+from pytest_ditgate.quality.metrics import rel_l2
 
 torch = pytest.importorskip("torch")
 

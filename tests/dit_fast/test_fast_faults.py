@@ -6,7 +6,7 @@ import warnings
 
 import pytest
 
-from tests.dit_fast.helpers import rel_l2
+from pytest_ditgate.quality.metrics import rel_l2
 
 torch = pytest.importorskip("torch")
 

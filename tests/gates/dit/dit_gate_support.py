@@ -13,7 +13,6 @@ WEIGHTS_SEED = 0
 XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS = 1, 64
 
 
-
 @contextlib.contextmanager
 def full_fp32() -> Iterator[None]:
     """Disable TF32 in matmuls and convolutions, so a float32 reference is true float32 on the GPU."""
@@ -46,6 +45,17 @@ def contract_compare(quality_gate: Any, case: str, *, experiment_class: str | No
 def fast_module(transformer: Any) -> Any:
     """The ``nn.Module`` behind a fast transformer (a ``GraphedDiT`` wraps its ``FastDiT``)."""
     return transformer if hasattr(transformer, "named_modules") else transformer.model
+
+
+def drop_shift(monkeypatch: Any) -> None:
+    """Fault for negative controls: adaLN modulate without its shift term (``norm(x) * (1 + scale)``), a
+    plausible 'fusion' slip. The fast model's PyTorch adaLN ops look the op up at call time."""
+    import torch.nn.functional as F
+
+    from dit_impl.fast import adaln
+
+    monkeypatch.setattr(adaln, "norm_modulate",
+                        lambda x, shift, scale, eps: F.layer_norm(x, x.shape[-1:], eps=eps) * (1 + scale[:, None]))
 
 
 def case_sampling(case: CorpusCase) -> dict[str, Any]:

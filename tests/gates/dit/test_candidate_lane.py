@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import pytest
 
-from dit_gate_support import WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, full_fp32
+from dit_gate_support import (WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_sampling, fast_module,
+                              full_fp32)
+from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 
 #: the candidate may not expose block activations (a CUDA graph replay runs no hooks): judged on these
 REQUIRED_OUTPUTS = ("latents", "images")
@@ -48,8 +50,8 @@ def versus_lane_best(ditbench, ditgate_lane, baseline, device_type: str, args) -
     best = candidate_model(baseline, device_type, best_options)
     model = candidate_model(baseline, device_type)
     ditbench.pair(forward(model.transformer), forward(best.transformer), *args, min_speedup=-1e6,
-                  labels=("candidate", "lane-best"), **({"mechanism": "events", "budget_ms": 1500}
-                                                         if device_type == "cuda" else {}))
+                  labels=("candidate", LANE_BEST_LABEL), **({"mechanism": "events", "budget_ms": 1500}
+                                                            if device_type == "cuda" else {}))
 
 
 def xl_baseline():
@@ -64,15 +66,10 @@ def xl_baseline():
 def judge(case, model, golden, quality_gate, ditgate_candidate, device: str, **tensor_opts) -> None:
     from dit_impl.fast.sampling import sample
 
-    ditgate_candidate.declare(model.transformer if hasattr(model.transformer, "named_modules")
-                              else model.transformer.model,
-                              sampling={"num_steps": case.steps, "scheduler": case.scheduler,
-                                        "guidance_scale": case.guidance_scale},
-                              frozen_sampling={"num_steps": case.steps, "scheduler": case.scheduler,
-                                               "guidance_scale": case.guidance_scale})
+    module = fast_module(model.transformer)
+    ditgate_candidate.declare(module, sampling=case_sampling(case), frozen_sampling=case_sampling(case))
     kwargs = case.sample_kwargs()
-    graphed = not hasattr(model.transformer, "named_modules")
-    if graphed:
+    if module is not model.transformer:  # a CUDA graph replay runs no block hooks
         kwargs["record_blocks"] = ()
     with full_fp32():
         tensors = sample(model, **kwargs).tensors(**tensor_opts)

@@ -22,6 +22,7 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
+from dit_gate_support import drop_shift
 from dit_impl.fast.options import FastOptions
 
 XL = pytest.mark.requires_gpu(bf16=True, min_memory_gb=20, why="DiT-XL/2 block shapes in bf16")
@@ -111,7 +112,10 @@ class Lane:
 
 
 LANES = {"tiny": ("tiny", "cpu", "float32", 4), "xl": ("xl", "cuda", "bfloat16", 4)}
-_LANE_IDS = {"tiny": "tiny-cpu-float32", "xl": "xl-cuda-bfloat16"}
+
+
+def _lane_id(name: str) -> str:
+    return "-".join(LANES[name][:3])  # name-device-dtype
 
 
 def lane_params(cpu: tuple[str, ...], gpu: tuple[str, ...], **gpu_marks: Any) -> list[Any]:
@@ -119,10 +123,10 @@ def lane_params(cpu: tuple[str, ...], gpu: tuple[str, ...], **gpu_marks: Any) ->
 
     ``gpu_marks`` maps a switch string to extra ``requires_gpu`` keyword arguments (SDPA backend, nvcc).
     """
-    out = [pytest.param(("tiny", s), id=f"{_LANE_IDS['tiny']}-{s}") for s in cpu]
+    out = [pytest.param(("tiny", s), id=f"{_lane_id('tiny')}-{s}") for s in cpu]
     for s in gpu:
         marks = [XL] + ([pytest.mark.requires_gpu(**gpu_marks[s])] if s in gpu_marks else [])
-        out.append(pytest.param(("xl", s), id=f"{_LANE_IDS['xl']}-{s}", marks=marks))
+        out.append(pytest.param(("xl", s), id=f"{_lane_id('xl')}-{s}", marks=marks))
     return out
 
 
@@ -323,13 +327,9 @@ def test_fast_final_layer_matches_diffusers(case, lanes, kernel_check) -> None:
 @pytest.mark.parametrize("case", lane_params(("default",), ("default",)))
 def test_block_check_rejects_a_dropped_shift(case, lanes, kernel_check, monkeypatch) -> None:
     """Negative control: the same block check fails (``mismatch``) when adaLN modulate drops its shift."""
-    import torch.nn.functional as F
-
-    from dit_impl.fast import adaln
     from pytest_ditgate.errors import GateFailure
 
-    monkeypatch.setattr(adaln, "norm_modulate",
-                        lambda x, shift, scale, eps: F.layer_norm(x, x.shape[-1:], eps=eps) * (1 + scale[:, None]))
+    drop_shift(monkeypatch)
     lane = get_lane(lanes, case[0])
     fast = lane.fast(case[1])
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from dit_gate_support import (WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_sampling, fast_module,
-                              full_fp32, unrecorded_contract_compare)
+from dit_gate_support import (WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_sampling, drop_shift,
+                              fast_module, full_fp32, unrecorded_contract_compare)
 from dit_impl.fast.options import FastOptions
 from pytest_ditgate.errors import GateFailure
 
@@ -188,16 +188,6 @@ def test_xl_switches_match_goldens(xl_case, xl_fast, golden, quality_gate, ditga
 
 # -- negative controls: a wrong optimisation behind the same switches must be rejected by the gate ----
 
-def _drop_shift(monkeypatch: pytest.MonkeyPatch) -> None:
-    """adaLN modulate without its shift term (``norm(x) * (1 + scale)``): a plausible 'fusion' slip."""
-    import torch.nn.functional as F
-
-    from dit_impl.fast import adaln
-
-    monkeypatch.setattr(adaln, "norm_modulate",
-                        lambda x, shift, scale, eps: F.layer_norm(x, x.shape[-1:], eps=eps) * (1 + scale[:, None]))
-
-
 def _ungate_residual(monkeypatch: pytest.MonkeyPatch) -> None:
     """The residual added without its adaLN-Zero gate (``x + y``)."""
     from dit_impl.fast import adaln
@@ -211,7 +201,7 @@ def _erf_gelu(monkeypatch: pytest.MonkeyPatch, model: Any) -> None:
         monkeypatch.setattr(block, "gelu_epilogue", True)
 
 
-FAULTS = {"dropped_shift": _drop_shift, "ungated_residual": _ungate_residual}
+FAULTS = {"dropped_shift": drop_shift, "ungated_residual": _ungate_residual}
 
 
 def _assert_rejected(case: Any, model: Any, golden: Any, quality_gate: Any, claim: str, device: str,
@@ -267,7 +257,7 @@ def test_xl_gate_rejects_a_dropped_shift(monkeypatch, dit_corpus, golden, qualit
     case = next(c for c in dit_corpus if c.config == "dit-xl-2-256")
     # adaln=torch: the monkeypatched PyTorch op is what runs (the fused kernels would bypass it)
     options = FastOptions.parse("cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn", FastOptions(dtype="bfloat16"))
-    _drop_shift(monkeypatch)
+    drop_shift(monkeypatch)
     model = fast_model(xl_baseline("bfloat16"), options)
     _assert_rejected(case, model, golden, quality_gate, "numerical", "cuda",
                      activation_images=XL_ACTIVATION_IMAGES, activation_tokens=XL_ACTIVATION_TOKENS)
