@@ -31,8 +31,6 @@ SEED = 0
 ACT_IMAGES, ACT_TOKENS = 1, 64  # same selection as tests/gates/dit (golden size budget)
 
 
-
-
 def timed_sample(model: Any, case: Any) -> tuple[dict, float]:
     import torch
 

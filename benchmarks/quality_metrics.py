@@ -19,11 +19,10 @@ import argparse
 import json
 import tempfile
 import time
-import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import ROOT  # noqa: E402 - puts the repository on sys.path
+from harness import ROOT, guarded  # noqa: E402 - puts the repository on sys.path
 
 
 def timer(device: Any) -> tuple[str, Callable[[Callable[[], Any], int, int], Any]]:
@@ -36,6 +35,16 @@ def timer(device: Any) -> tuple[str, Callable[[Callable[[], Any], int, int], Any
         return measure(fn, mechanism=mechanism, warmup=warmup, reps=reps)
 
     return f"pytest_ditgate.measure(mechanism={mechanism!r})", run
+
+
+def time_case(fn: Callable[[], Any], run: Callable[[Callable[[], Any], int, int], Any], reps: int) -> dict[str, Any]:
+    """The first call's wall time (it loads models and fills caches), then ``reps`` timed calls."""
+    load_start = time.perf_counter()
+    fn()
+    first_ms = (time.perf_counter() - load_start) * 1e3
+    m = run(fn, 3, reps)
+    return {"median_ms": m.median_ms, "min_ms": m.min_ms, "max_ms": m.max_ms, "stdev_ms": m.stdev_ms, "cv": m.cv,
+            "n": m.n, "mechanism": m.mechanism, "first_call_ms": first_ms, "samples_ms": list(m.samples_ms)}
 
 
 def save_random_weights(folder: Path) -> dict[str, str]:
@@ -117,16 +126,7 @@ def main() -> int:
         experiment_class="approximate", case="bench", prompts=prompts[0], models=models)
 
     for name, fn in cases.items():
-        try:
-            load_start = time.perf_counter()
-            fn()  # first call: loads models, compiles nothing, fills caches
-            first_ms = (time.perf_counter() - load_start) * 1e3
-            m = run(fn, 3, args.reps)
-            results[name] = {"median_ms": m.median_ms, "min_ms": m.min_ms, "max_ms": m.max_ms, "stdev_ms": m.stdev_ms,
-                             "cv": m.cv, "n": m.n, "mechanism": m.mechanism, "first_call_ms": first_ms,
-                             "samples_ms": list(m.samples_ms)}
-        except Exception as exc:
-            results[name] = {"error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc()[-2000:]}
+        guarded(results, name, lambda fn=fn: time_case(fn, run, args.reps))
 
     full = evaluate_quality({"image": cand, "latent": lat_c}, {"image": base, "latent": lat_b}, contract=contract,
                             experiment_class="approximate", case="bench", prompts=prompts[0], models=models)

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 #: DiTPipeline's null class id for classifier-free guidance; the label table therefore has 1001 rows
@@ -22,7 +22,6 @@ class DitConfig:
     transformer: dict[str, Any]
     vae: dict[str, Any]
     description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
 
     @property
     def latent_size(self) -> int:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Mapping
+
+from pytest_ditgate.correctness.tolerances import dtype_name
 
 if TYPE_CHECKING:
     import torch
@@ -61,10 +63,6 @@ class Comparison:
         return [d.line() for d in self.diffs]
 
 
-def _dtype_name(tensor: Any) -> str:
-    return str(tensor.dtype).replace("torch.", "")
-
-
 def _coarser(a: str, b: str) -> str:
     known = [d for d in (a, b) if d in _PRECISION_ORDER]
     return max(known, key=_PRECISION_ORDER.index) if known else "float32"
@@ -83,13 +81,13 @@ class TensorComparator:
         if tuple(candidate.shape) != tuple(golden.shape):
             return TensorDiff(name, False, note=f"shape {tuple(candidate.shape)} != golden {tuple(golden.shape)}")
         if self.exact_dtypes and candidate.dtype != golden.dtype:
-            return TensorDiff(name, False, note=f"dtype {_dtype_name(candidate)} != golden {_dtype_name(golden)}")
+            return TensorDiff(name, False, note=f"dtype {dtype_name(candidate.dtype)} != golden {dtype_name(golden.dtype)}")
         cand = candidate.detach().to("cpu", torch.float64)
         gold = golden.detach().to("cpu", torch.float64)
         if not torch.isfinite(cand).all():
             return TensorDiff(name, False, note="candidate has NaN or Inf")
         limits = {**DEFAULT_LIMITS, **dict(self.limits)}
-        dtype = _coarser(_dtype_name(candidate), _dtype_name(golden))
+        dtype = _coarser(dtype_name(candidate.dtype), dtype_name(golden.dtype))
         lim_l2, lim_max = (limit * scale for limit in limits.get(dtype, limits["float32"]))
         diff = cand - gold
         gold_norm, gold_max = float(gold.norm()), float(gold.abs().max()) if gold.numel() else 0.0

@@ -20,8 +20,8 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.golden.options import FREEZE, REFREEZE, RELOCK
 
-from pytest_ditgate.golden.options import RELOCK
 DEFAULT_LOCK = "golden/fixed_paths.lock.json"
 LOCK_VERSION = 1
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".git"}
@@ -149,8 +149,6 @@ _state_key = pytest.StashKey[LockState]()
 
 
 def _deliberate(config: pytest.Config) -> str | None:
-    from pytest_ditgate.golden.options import FREEZE, REFREEZE
-
     for name, spec in (("relock", RELOCK), ("refreeze", REFREEZE), ("freeze", FREEZE)):
         if options.get_option(config, spec):
             return name
@@ -158,17 +156,14 @@ def _deliberate(config: pytest.Config) -> str | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    context = get_context(config)
-    relock = bool(options.get_option(config, RELOCK))
-    if relock and not context.enabled:
-        raise pytest.UsageError("--ditgate-relock needs --ditgate")
-    if not context.enabled or context.is_xdist_worker:
+    """Registered only under ``--ditgate`` (``plugin.py`` refuses ``--ditgate-relock`` without it)."""
+    if get_context(config).is_xdist_worker:
         return
     try:
         settings = LockSettings.from_rootdir(Path(config.rootpath))
     except DitgateUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if settings.patterns or relock:
+    if settings.patterns or options.get_option(config, RELOCK):
         config.stash[_state_key] = LockState(settings, _deliberate(config))
 
 

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from pytest_ditgate import options
-from pytest_ditgate.context import OFF_REASON, get_context
+from pytest_ditgate.context import get_context
+from pytest_ditgate.golden.options import FREEZE, GOLDEN_DIR, REFREEZE
 from pytest_ditgate.keys import golden_session_key
 
-from pytest_ditgate.golden.options import FREEZE, GOLDEN_DIR, REFREEZE
 WORKER_OUTPUT = "ditgate_golden"
 
 
@@ -41,15 +41,13 @@ def golden_dir(config: pytest.Config) -> Path:
 
 
 def golden_mode(config: pytest.Config) -> str:
-    """``check``, ``freeze`` or ``refreeze``; contradictory or gate-less flags are usage errors."""
+    """``check``, ``freeze`` or ``refreeze``; contradictory flags are a usage error (gate-less ones are
+    refused by ``plugin.py``: this module is registered only under ``--ditgate``)."""
     freeze, refreeze = bool(options.get_option(config, FREEZE)), bool(options.get_option(config, REFREEZE))
     if freeze and refreeze:
         raise pytest.UsageError("--ditgate-freeze and --ditgate-refreeze exclude each other: "
                                 "freeze writes only missing goldens, refreeze overwrites all")
-    mode = "refreeze" if refreeze else "freeze" if freeze else "check"
-    if mode != "check" and not get_context(config).enabled:
-        raise pytest.UsageError(f"--ditgate-{mode} needs --ditgate (goldens are written by gate tests)")
-    return mode
+    return "refreeze" if refreeze else "freeze" if freeze else "check"
 
 
 def _provenance_factory(config: pytest.Config):
@@ -75,8 +73,6 @@ def _provenance_factory(config: pytest.Config):
 
 def pytest_configure(config: pytest.Config) -> None:
     mode = golden_mode(config)
-    if not get_context(config).enabled:
-        return
     from pytest_ditgate.golden.session import GoldenSession
     from pytest_ditgate.golden.store import GoldenStore
 
@@ -116,10 +112,7 @@ def golden(request: pytest.FixtureRequest):
     """Golden-store access for this test: ``golden.check(name, tensors)`` and ``golden.load(name)``."""
     from pytest_ditgate.golden.fixture import Golden
 
-    state = _state(request.config)
-    if state is None:
-        pytest.skip(OFF_REASON)
-    return Golden(state.session, request.node.nodeid)
+    return Golden(request.config.stash[golden_session_key].session, request.node.nodeid)
 
 
 @pytest.hookimpl(tryfirst=True)

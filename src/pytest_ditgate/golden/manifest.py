@@ -76,9 +76,6 @@ class Manifest:
     def keys_for(self, name: str) -> set[str]:
         return {entry.key for entry in self.entries.values() if entry.name == name}
 
-    def names(self) -> set[str]:
-        return {entry.name for entry in self.entries.values()}
-
     def put(self, entry: GoldenEntry) -> None:
         self.entries[entry.id] = entry
 

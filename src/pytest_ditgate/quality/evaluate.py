@@ -13,11 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
+from pytest_ditgate.correctness.tolerances import dtype_name
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.quality import metrics as M
 from pytest_ditgate.quality.contract import QualityContract, Rule, load_contract
 from pytest_ditgate.quality.perceptual import MissingWeights, PerceptualModels
-from pytest_ditgate.quality.specs import ACTIVATION, EXPERIMENT_CLASSES, HIGHER, IMAGE, KINDS, LATENT, METRICS
+from pytest_ditgate.quality.specs import ACTIVATION, HIGHER, IMAGE, KINDS, LATENT, METRICS
 
 if TYPE_CHECKING:
     import torch
@@ -118,8 +119,8 @@ def dtype_key(dtype: Any) -> str:
 
 def least_precise(tensors: Sequence["torch.Tensor"]) -> str:
     """The least precise floating dtype key among ``tensors`` (``fp32`` when none is floating)."""
-    keys = [DTYPE_NAMES[str(t.dtype).replace("torch.", "")] for t in tensors
-            if str(t.dtype).replace("torch.", "") in DTYPE_NAMES]
+    names = [dtype_name(t.dtype) for t in tensors]
+    keys = [DTYPE_NAMES[name] for name in names if name in DTYPE_NAMES]
     return max(keys, key=_PRECISION.index) if keys else "fp32"
 
 
@@ -140,9 +141,7 @@ def evaluate_quality(candidate: Mapping[str, "torch.Tensor"], baseline: Mapping[
     """
     if isinstance(contract, (str, Path)):
         contract = load_contract(contract)
-    if experiment_class not in EXPERIMENT_CLASSES:
-        raise DitgateUsageError(f"unknown experiment class {experiment_class!r}: choose from "
-                                f"{', '.join(EXPERIMENT_CLASSES)}")
+    rules = contract.rules(experiment_class)  # an unknown class is a usage error before any work
     if not (tolerance_scale > 0 and math.isfinite(tolerance_scale)):
         raise DitgateUsageError(f"tolerance_scale must be a finite number > 0, got {tolerance_scale!r}")
     kinds = dict(kinds or {})
@@ -159,9 +158,8 @@ def evaluate_quality(candidate: Mapping[str, "torch.Tensor"], baseline: Mapping[
     run = _CaseRun(result, contract, tolerance_scale, prompts, image_range or contract.image_range,
                    models or default_models())
     run.prepare(candidate, baseline, kinds)
-    for rule in contract.rules(experiment_class):
+    for rule in rules:
         run.apply(rule)
-    run.finish()
     if image_dir is not None and run.failed_images:
         from pytest_ditgate.quality.images import write_failure_images
 
@@ -354,10 +352,6 @@ class _CaseRun:
         self.result.passed = False
         self.result.candidate_status = "fail"
         self.result.failures.append(text)
-
-    def finish(self) -> None:
-        if self.result.failures:
-            self.result.passed = False
 
 
 def _fmt(value: float | None) -> str:

@@ -17,14 +17,13 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
+from pytest_ditgate.quality.options import CLIP_MODEL, CLIP_WEIGHTS, CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, OPTIONS
 from pytest_ditgate.quality.specs import DEFAULT_CLASS
 
 if TYPE_CHECKING:
     from pytest_ditgate.quality.contract import QualityContract
     from pytest_ditgate.quality.evaluate import QualityResult
     from pytest_ditgate.quality.perceptual import PerceptualModels
-
-from pytest_ditgate.quality.options import CLIP_MODEL, CLIP_WEIGHTS, CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, OPTIONS
 
 #: [tool.ditgate] keys that stand in for the options above
 TOOL_KEYS = {CONTRACT: "quality_contract", LPIPS_WEIGHTS: "lpips_weights", CLIP_WEIGHTS: "clip_weights",
@@ -112,10 +111,8 @@ def get_quality_session(config: pytest.Config) -> QualitySession:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """With the gates on: read the settings, validate a contract the user named, start the reporter."""
+    """Read the settings, validate a contract the user named, start the reporter (registered under --ditgate)."""
     context = get_context(config)
-    if not context.enabled:
-        return
     session = get_quality_session(config)
     if session.contract_explicit:
         try:

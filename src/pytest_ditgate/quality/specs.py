@@ -32,9 +32,6 @@ class MetricSpec:
     needs: str | None = None  # "lpips" or "clip": needs pretrained weights
     doc: str = ""
 
-    def better(self, value: float, than: float) -> bool:
-        return value > than if self.direction == HIGHER else value < than
-
 
 _ALL = KINDS
 _TENSORS = (LATENT, ACTIVATION)
