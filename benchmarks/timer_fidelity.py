@@ -15,7 +15,7 @@ slowdown (the same add on 3 % more elements) flagged in >= 19 of 20 repeats of `
 change (A vs A) flagged in <= 1 of 20, "flagged" meaning the 95 % CI bound shows a difference of at least
 1 % (MARGIN; the count for "CI excludes 1" is printed beside it). Ledger write below 1 ms per measurement (runs on CPU too).
 
-Usage: ``python benchmarks/timer_fidelity.py --out benchmarks/results`` (writes timer_fidelity.json,
+Usage: ``python benchmarks/timer_fidelity.py --out benchmarks/results`` (writes timer_fidelity_<arch>.json,
 prints a table last). Every case is guarded: one failure is recorded and the others still run.
 """
 
@@ -39,8 +39,6 @@ REPEATS = 20
 #: a change counts as flagged when the CI bound shows it slower (or faster) by at least this fraction,
 #: the question ditbench.pair asks with min_speedup; the stricter "CI excludes 1" is reported beside it
 MARGIN = 0.01
-
-
 
 
 def cupti_truth(fn: Callable[[], Any], iters: int = 50) -> float:
@@ -271,8 +269,6 @@ def main(argv: list[str] | None = None) -> int:
         "config": {"tolerance": TOLERANCE, "cv_limit": CV_LIMIT, "repeats": REPEATS,
                    "truth": "torch.profiler CUDA activity, sum of device durations over 50 back-to-back calls"},
     }
-    if not results["provenance"].get("commit"):  # the GPU host may get a copy of the tree without .git
-        results["provenance"]["commit"] = os.environ.get("DITGATE_COMMIT")
     results["provenance"]["timers"] = "cupti (torch.profiler/kineto), CUDA graph + events, CUDA events, perf_counter"
     started = time.time()
     if device.is_cuda:

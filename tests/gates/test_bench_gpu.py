@@ -76,8 +76,12 @@ def test_cold_l2_is_slower_or_equal_and_recorded(tensors) -> None:
 
 def test_graph_cold_without_tensor_args_falls_back_with_a_note(tensors) -> None:
     from pytest_ditgate import measure
+    from pytest_ditgate.errors import DitgateUsageError
 
     x, y = tensors
+    # graph mode rotates tensor arguments for cold L2; a closure has none, and the note says so
+    with pytest.raises(DitgateUsageError, match="graph: failed: cold L2 in a graph needs rotated inputs: .* has none"):
+        measure(lambda: x + y, mechanism="graph", l2="cold")
     m = measure(lambda: x + y, mechanism="auto", l2="cold")
     assert m.mechanism == "cupti"
     m = measure(lambda: x + y, mechanism="events", l2="cold")

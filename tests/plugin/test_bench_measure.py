@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import types
+
 import pytest
 
-from pytest_ditgate.bench import l2, measure, measure_pair
+from pytest_ditgate.bench import graphs, l2, measure, measure_pair, runner
 from pytest_ditgate.bench.runner import _schedule
 from pytest_ditgate.bench.timers import TimingError, assign_spans, busy_ns, chunk_spans
 from pytest_ditgate.errors import DitgateUsageError
@@ -51,26 +53,26 @@ def test_bad_options_are_clear_usage_errors(kwargs, match) -> None:
 
 
 def test_graph_floor_gap_is_the_smallest_and_overlap_means_nothing_to_subtract() -> None:
-    from pytest_ditgate.bench.graphs import floor_gap_ns
-
-    assert floor_gap_ns([(0, 10), (12, 20), (25, 30), (31, 40)]) == 1
-    assert floor_gap_ns([(0, 10), (5, 20), (25, 30)]) == 0  # two streams: activities overlap
-    assert floor_gap_ns([(0, 10)]) == 0
+    assert graphs.floor_gap_ns([(0, 10), (12, 20), (25, 30), (31, 40)]) == 1
+    assert graphs.floor_gap_ns([(0, 10), (5, 20), (25, 30)]) == 0  # two streams: activities overlap
+    assert graphs.floor_gap_ns([(0, 10)]) == 0
 
 
-class _FakeCapture:
-    def __init__(self, gap_ms: float, activities: float) -> None:
-        self.gap_ms, self.activities_per_call, self.count = gap_ms, activities, 100
+class _FakeCapture(graphs.CapturedGraph):
+    """A capture without CUDA whose every replay reads ``replay_ms`` per call (``subtract_ms`` is the real one)."""
 
-    @property
-    def subtract_ms(self) -> float:
-        return self.gap_ms * self.activities_per_call
+    def __init__(self, gap_ms: float = 0.0, activities: float = 0.0, replay_ms: float = 1.0) -> None:
+        self.gap_ms, self.activities_per_call, self.count, self.replay_ms = gap_ms, activities, 100, replay_ms
+        self.graph = types.SimpleNamespace(replay=lambda: None)
+
+    def time_replay(self) -> float:
+        return self.replay_ms
 
 
 def test_graph_samples_cycle_through_captures_and_lose_each_capture_s_launch_latency(monkeypatch) -> None:
-    from pytest_ditgate.bench import graphs, runner
+    torch = pytest.importorskip("torch")
 
-    graph_set = graphs.GraphSet([_FakeCapture(0.0, 0.0), _FakeCapture(0.0, 0.0)])
+    graph_set = graphs.GraphSet([_FakeCapture(), _FakeCapture()])
     assert [graph_set.next_capture() for _ in range(3)] == [graph_set.captures[i] for i in (0, 1, 0)]
 
     def gaps(sets):
@@ -79,9 +81,13 @@ def test_graph_samples_cycle_through_captures_and_lose_each_capture_s_launch_lat
         return 0.0001
 
     monkeypatch.setattr(graphs, "measure_launch_gaps", gaps)
-    sets = [graphs.GraphSet([_FakeCapture(0.0, 0.0), _FakeCapture(0.0, 0.0)])]
+    sets = [graphs.GraphSet([_FakeCapture(replay_ms=0.0105), _FakeCapture(replay_ms=0.0102)])]
     note = runner._measure_launch_gaps(sets)
     assert "subtracted" in note and "node overhead 0.100 us, up to 0.400 us per call" in note
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # the fake replays launch nothing
+    samples, raw = graphs.time_graphs(sets, [0, 0, 0])
+    assert raw == [[0.0105, 0.0102, 0.0105]]
+    assert samples[0] == pytest.approx([0.0101, 0.0100, 0.0101])  # each capture's gap x activities per call
     record = runner._gap_record(sets[0], [1.0, 2.0, 3.0])
     assert record["graph_idle"] == "subtracted" and record["raw_median_ms"] == 2.0
     assert record["subtracted_per_call_us"] == pytest.approx([0.4, 0.2])
@@ -89,13 +95,11 @@ def test_graph_samples_cycle_through_captures_and_lose_each_capture_s_launch_lat
 
 
 def test_graph_launch_latency_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -> None:
-    from pytest_ditgate.bench import graphs, runner
-
     def busy(sets):
         raise TimingError("profiler unavailable: RuntimeError: already profiling")
 
     monkeypatch.setattr(graphs, "measure_launch_gaps", busy)
-    sets = [graphs.GraphSet([_FakeCapture(0.0, 0.0)])]
+    sets = [graphs.GraphSet([_FakeCapture()])]
     assert "not subtracted (profiler unavailable" in runner._measure_launch_gaps(sets)
     assert runner._gap_record(sets[0], [1.0]) == {"graph_idle": "kept", "raw_median_ms": 1.0}
 

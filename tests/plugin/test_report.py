@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import base64
-import json
 from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
 
 from pytest_ditgate import cli
+from pytest_ditgate.bench import Measurement, compare
+from pytest_ditgate.bench.ledger import LEDGER_FILE, Ledger
 from pytest_ditgate.verdict.ledger import append_experiment
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -60,11 +61,17 @@ def test_report_renders_history_plots_quality_and_heat_maps(tmp_path: Path, caps
     heat = tmp_path / "quality" / "case0" / "images_img0.png"
     heat.parent.mkdir(parents=True)
     Image.new("RGB", (24, 8), (255, 0, 0)).save(heat)
-    (tmp_path / "bench.jsonl").write_text(json.dumps({"label": "fwd", "median_ms": 8.1, "cv": 0.01, "n": 50,
-                                                      "mechanism": "graph", "arch": "sm_90"}) + "\n")
+    ledger = Ledger(tmp_path / LEDGER_FILE)
+    fwd = Measurement.from_samples([8.0, 8.1, 8.2], warmup=3, mechanism="graph", regime="sustained",
+                                   l2_mode="warm", arch="sm_90", label="fwd")
+    ledger.record_measurement(fwd, test="t::fwd", lane="fwd")
+    ledger.record_comparison(compare(fwd, fwd), test="t::pair", lane="fwd")  # not a measurement row
     assert cli.main(["report", "--dir", str(tmp_path)]) == 0
+    text = (tmp_path / "report.html").read_text()
+    assert "4 experiments, 1 measurements." in text
+    assert "<td>fwd</td><td></td><td>8.10000</td><td>1.235%</td><td>3</td><td>graph</td><td>sm_90</td>" in text
     page = Page()
-    page.feed((tmp_path / "report.html").read_text())
+    page.feed(text)
     assert {"fwd / sm_90", "kern / sm_86"} <= set(page.headings)
     history = [data for alt, data in page.images if alt.startswith("history")]
     assert len(history) == 2 and all(data.startswith(PNG_MAGIC) and len(data) > 2000 for data in history)

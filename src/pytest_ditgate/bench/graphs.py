@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from typing import Any, Sequence
 
-from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device_spans
+from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device_spans, profiled
 
 #: a graph replay is sized to last about this long, so the fixed cost of a replay stays below 0.5 %
 GRAPH_REPLAY_MS = 5.0
@@ -126,18 +125,8 @@ def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float =
 def _traced_spans(replay: Any) -> list[tuple[int, int]]:
     """Device activity spans of one traced ``replay()`` (TimingError when the profiler cannot trace)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
-    try:
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="Profiler clears events")
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                replay()
-                torch.cuda.synchronize()
-            events = prof.profiler.kineto_results.events()
-    except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
-        raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
-    return device_spans(events, torch.autograd.DeviceType.CUDA)
+    return device_spans(profiled(replay), torch.autograd.DeviceType.CUDA)
 
 
 def node_overhead_ms() -> float:

@@ -82,14 +82,6 @@ class Measurement:
     def name(self) -> str:
         return self.label or "measurement"
 
-    def provenance(self) -> dict[str, Any]:
-        """Everything except the samples and the statistics (for extra_info and reports)."""
-        data = self.to_dict()
-        for key in ("samples_ms", "median_ms", "mean_ms", "stdev_ms", "variance", "cv", "iqr_ms", "min_ms",
-                    "max_ms", "p95_ms", "n"):
-            data.pop(key)
-        return data
-
     def to_dict(self) -> dict[str, Any]:
         # a shallow copy: dataclasses.asdict deep-copies and costs more than the ledger write itself
         data = {name: getattr(self, name) for name in _FIELD_NAMES}

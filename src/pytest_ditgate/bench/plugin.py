@@ -12,12 +12,12 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_ditgate.bench.ledger import LEDGER_FILE
+from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM
 from pytest_ditgate.context import get_context
 from pytest_ditgate.keys import kernel_checks_key
 from pytest_ditgate.options import get_option
+from pytest_ditgate.verdict.options import LANE
 
-
-from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM
 #: user property carrying each ditbench.pair comparison to the verdict plugin (experiment mode)
 COMPARISON_PROPERTY = "ditgate_comparison"
 DEFAULT_LANE = "default"
@@ -25,10 +25,6 @@ DEFAULT_LANE = "default"
 
 def _lane(config: pytest.Config) -> str:
     """The experiment lane (``--ditgate-lane`` of the verdict plugin) the ledger files bests under."""
-    try:
-        from pytest_ditgate.verdict.options import LANE
-    except ImportError:
-        return DEFAULT_LANE
     return str(get_option(config, LANE) or DEFAULT_LANE)
 
 

@@ -22,6 +22,7 @@ from pytest_ditgate.bench.measurement import REGIMES, Measurement, as_tuples
 from pytest_ditgate.bench.mechanisms import MECHANISMS
 from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
+from pytest_ditgate.timer_integrity import tampered_timers
 
 AUTO_ORDER = MECHANISMS  # ("cupti", "graph", "events", "wall"): most faithful first
 DEFAULT_BUDGET_MS = 100.0
@@ -47,15 +48,6 @@ DESCRIPTIONS = {
 #: a cupti span this much longer than the busy time is reported as launch-bound
 IDLE_WARNING = 0.10
 DEFAULT_REGIME = {"cupti": "spaced", "graph": "sustained", "events": "spaced", "wall": "spaced"}
-
-
-def tampered_timers() -> list[str]:
-    """Timing functions someone replaced or wrapped (via ``pytest_ditgate.timer_integrity``)."""
-    try:
-        from pytest_ditgate.timer_integrity import tampered_timers as check
-    except ImportError:  # pragma: no cover - the module ships with the package
-        return []
-    return list(check())
 
 
 def refuse_tampered_timers() -> None:
@@ -113,21 +105,21 @@ def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float
                 break
             if warmup is None and done >= MIN_WARMUP and (elapsed >= WARMUP_MS or done >= MAX_WARMUP):
                 break
-            start = time.perf_counter()
-            call()
-            timers.synchronize()
-            took = (time.perf_counter() - start) * 1e3
+            took = _host_ms(call)
             elapsed += took
             best = min(best, took)
             done += 1
-        if done == 0:  # warmup=0: still need one estimate
-            start = time.perf_counter()
-            call()
-            timers.synchronize()
-            best = (time.perf_counter() - start) * 1e3
-        estimates.append(best)
+        estimates.append(best if done else _host_ms(call))  # warmup=0: still one estimate
         count = done
     return count, estimates
+
+
+def _host_ms(call: Call) -> float:
+    """Host-clock milliseconds of one call, device synchronised."""
+    start = time.perf_counter()
+    call()
+    timers.synchronize()
+    return (time.perf_counter() - start) * 1e3
 
 
 def _rep_count(options: Options, per_sample_ms: float, low: int, high: int) -> int:
@@ -297,10 +289,8 @@ def _exclusive(on_gpu: bool) -> Any:
 
     if not on_gpu:
         return contextlib.nullcontext()
-    try:
-        from pytest_ditgate.gpus import exclusive_gpu
-    except ImportError:
-        return contextlib.nullcontext()
+    from pytest_ditgate.gpus import exclusive_gpu
+
     return exclusive_gpu()
 
 
@@ -313,11 +303,11 @@ def _host_device() -> Any:
     return DeviceInfo(name="cpu", arch="cpu", torch=getattr(torch, "__version__", None), cpu_reason="host clock")
 
 
-def _build(samples: list[float], run: _Run, index: int, notes: dict[str, str], warmup: int, device: Any,
-           clocks: list[Any], options: Options, *, label: str | None, backend: str | None, dtype: Any,
-           shapes: Any) -> Measurement:
+def _build(run: _Run, index: int, notes: dict[str, str], warmup: int, device: Any, clocks: list[Any],
+           options: Options, *, label: str | None, backend: str | None, dtype: Any, shapes: Any) -> Measurement:
+    """The Measurement of call ``index`` of ``run``."""
     return Measurement.from_samples(
-        samples,
+        run.samples[index],
         warmup=warmup,
         mechanism=run.mechanism,
         regime=run.regime,
@@ -354,8 +344,8 @@ def measure(fn: Callable[..., Any], *args: Any, mechanism: str = "auto", warmup:
     """
     options = Options(mechanism, warmup, reps, budget_ms, l2, regime, graph_idle)
     run, notes, done, device, clocks = _collect([Call(fn, args, fn_kwargs)], options)
-    return _build(run.samples[0], run, 0, notes, done, device, clocks, options, label=label, backend=backend,
-                  dtype=dtype, shapes=shapes)
+    return _build(run, 0, notes, done, device, clocks, options, label=label, backend=backend, dtype=dtype,
+                  shapes=shapes)
 
 
 def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any, rounds: int | None = None,
@@ -373,6 +363,6 @@ def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *
     calls = [Call(candidate, args, fn_kwargs), Call(reference, args, fn_kwargs)]
     run, notes, done, device, clocks = _collect(calls, options)
     backends = backend if isinstance(backend, tuple) else (backend, backend)
-    a, b = (_build(run.samples[i], run, i, notes, done, device, clocks, options, label=labels[i],
-                   backend=backends[i], dtype=dtype, shapes=shapes) for i in range(2))
+    a, b = (_build(run, i, notes, done, device, clocks, options, label=labels[i], backend=backends[i],
+                   dtype=dtype, shapes=shapes) for i in range(2))
     return compare(a, b, method=method, confidence=confidence)

@@ -139,31 +139,43 @@ def chunk_spans(spans: Sequence[tuple[int, int]], calls: int) -> list[list[tuple
     return [list(spans[i * size:(i + 1) * size]) for i in range(calls)]
 
 
+def profiled(run: Callable[[], None], *, host: bool = False) -> list[Any]:
+    """The profiler events of ``run()`` (device activity, plus host ranges with ``host``), every stream
+    synchronised before the trace closes; TimingError when the profiler cannot trace here."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if host else [ProfilerActivity.CUDA]
+    try:
+        with warnings.catch_warnings(), profile(activities=activities) as prof:
+            warnings.filterwarnings("ignore", message="Profiler clears events")
+            run()
+            torch.cuda.synchronize()
+        return prof.profiler.kineto_results.events()
+    except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
+        raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
+
+
 def time_cupti(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[], None] | None = None,
                regime: str = "spaced") -> "CuptiSamples":
     """Device busy time per call from ``torch.profiler`` kernel activity (spans in ``.spans``)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile, record_function
+    from torch.profiler import record_function
 
     if regime == "sustained" and (flush is not None or len(set(order)) > 1):
         raise TimingError("sustained cupti timing takes one function and warm L2 only")
-    try:
-        with warnings.catch_warnings(), profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-            warnings.filterwarnings("ignore", message="Profiler clears events")
-            for index in order:
+
+    def run() -> None:
+        for index in order:
+            if regime == "spaced":
+                _maybe(flush)
+                torch.cuda.synchronize()
+            with record_function(CALL_RANGE):
+                calls[index]()
                 if regime == "spaced":
-                    _maybe(flush)
                     torch.cuda.synchronize()
-                with record_function(CALL_RANGE):
-                    calls[index]()
-                    if regime == "spaced":
-                        torch.cuda.synchronize()
-            torch.cuda.synchronize()
-        events = prof.profiler.kineto_results.events()
-    except TimingError:
-        raise
-    except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
-        raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
+
+    events = profiled(run, host=True)
     cuda = torch.autograd.DeviceType.CUDA
     spans = device_spans(events, cuda)
     if not spans:

@@ -45,16 +45,14 @@ class CandidateDeclaration:
 
     def declare(self, *modules: Any, state_dicts: Iterable[Mapping[str, Any]] = (),
                 sampling: Mapping[str, Any] | None = None, frozen_sampling: Mapping[str, Any] | None = None) -> "Classification":
-        from pytest_ditgate.verdict.classify import approximation_evidence, classify, quantization_evidence
+        from pytest_ditgate.verdict.classify import approximation_evidence, classify_tagged, quantization_evidence
 
         quant = [f"quant: {e}" for e in quantization_evidence(modules, state_dicts)]
         approx = [f"approx: {e}" for e in approximation_evidence(sampling or {}, frozen_sampling or {})]
         previous = self.config.stash.get(effective_class_key, None)
         evidence = list(previous.evidence) if previous else []
         evidence += [e for e in quant + approx if e not in evidence]
-        result = classify(declared_class(self.config),
-                          quantization=[e for e in evidence if e.startswith("quant:")],
-                          approximation=[e for e in evidence if e.startswith("approx:")])
+        result = classify_tagged(declared_class(self.config), evidence)
         self.config.stash[effective_class_key] = result
         self.unsent.extend(e for e in quant + approx if e not in self.unsent)
         return result

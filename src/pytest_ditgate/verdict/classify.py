@@ -79,3 +79,10 @@ def classify(declared: str, *, quantization: Iterable[str] = (), approximation: 
     if quantization:
         effective = "quantization"
     return Classification(declared, effective, tuple(quantization + approximation))
+
+
+def classify_tagged(declared: str, evidence: Iterable[str]) -> Classification:
+    """:func:`classify` from evidence tagged ``quant: ...`` / ``approx: ...`` (as it travels on test reports)."""
+    evidence = list(evidence)
+    return classify(declared, quantization=[e for e in evidence if e.startswith("quant:")],
+                    approximation=[e for e in evidence if e.startswith("approx:")])

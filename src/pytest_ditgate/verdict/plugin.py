@@ -15,14 +15,13 @@ from typing import Any
 import pytest
 
 from pytest_ditgate import options
+from pytest_ditgate.bench.plugin import COMPARISON_PROPERTY
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.verdict.lane import CONFIG_PROPERTY, LANE_BEST_LABEL
-
 from pytest_ditgate.verdict.options import BASE, DESCRIPTION, LANE, MIN_IMPROVEMENT, VERDICT_JSON
 
 REASON_PROPERTY = "ditgate_reason"
-COMPARISON_PROPERTY = "ditgate_comparison"
 CLASS_EVIDENCE_PROPERTY = "ditgate_class_evidence"
 PEAK_MEMORY_PROPERTY = "ditgate_peak_memory_bytes"
 
@@ -56,7 +55,7 @@ class ExperimentSession:
     def add_report(self, report: pytest.TestReport) -> None:
         from pytest_ditgate.verdict.outcome import GateOutcome
 
-        props = dict((k, v) for k, v in report.user_properties if k == REASON_PROPERTY)
+        reason = dict(report.user_properties).get(REASON_PROPERTY)
         for key, value in report.user_properties:
             if key == COMPARISON_PROPERTY and report.when == "call":
                 self.comparisons.append(dict(value, name=value.get("name") or report.nodeid))
@@ -71,11 +70,11 @@ class ExperimentSession:
         if report.skipped and report.nodeid not in self.outcomes:
             self.outcomes[report.nodeid] = GateOutcome(report.nodeid, "skipped")
         elif report.failed:
-            outcome = "failed" if report.when == "call" or props.get(REASON_PROPERTY) else "error"
+            outcome = "failed" if report.when == "call" or reason else "error"
             crash = getattr(report.longrepr, "reprcrash", None)
             message = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or [""])[-1]
             message = re.sub(r"^[\w.]*GateFailure: \[[\w-]+\] ", "", message)
-            self.outcomes[report.nodeid] = GateOutcome(report.nodeid, outcome, props.get(REASON_PROPERTY), message)
+            self.outcomes[report.nodeid] = GateOutcome(report.nodeid, outcome, reason, message)
         elif report.passed and report.when == "call":
             self.outcomes.setdefault(report.nodeid, GateOutcome(report.nodeid, "passed"))
 
@@ -116,7 +115,7 @@ class ExperimentSession:
 
     # -- decision ---------------------------------------------------------------------------------
     def finish(self, session: pytest.Session) -> None:
-        from pytest_ditgate.verdict.classify import classify
+        from pytest_ditgate.verdict.classify import classify_tagged
         from pytest_ditgate.verdict.ledger import append_experiment, load_best, store_best
         from pytest_ditgate.verdict.objective import beats_best, combine, improvement_pct
         from pytest_ditgate.verdict.outcome import Category, GateOutcome, decide
@@ -124,8 +123,7 @@ class ExperimentSession:
         from pytest_ditgate.verdict.candidate import declared_class
 
         declared = declared_class(self.config)
-        classification = classify(declared, quantization=[e for e in self.class_evidence if e.startswith("quant:")],
-                                  approximation=[e for e in self.class_evidence if e.startswith("approx:")])
+        classification = classify_tagged(declared, self.class_evidence)
         versus_best = [c for c in self.comparisons if _is_versus_best(c)]
         objective = combine([c for c in self.comparisons if not _is_versus_best(c)])
         arch = _arch(self)
@@ -248,9 +246,8 @@ def _is_versus_best(comparison: dict[str, Any]) -> bool:
 
 def _arch(experiment: ExperimentSession) -> str:
     for comparison in experiment.comparisons:
-        arch = comparison.get("arch") or comparison.get("a", {}).get("arch")
-        if arch:
-            return arch
+        if comparison.get("arch"):
+            return comparison["arch"]
     from pytest_ditgate.device import real_device
 
     return real_device().arch

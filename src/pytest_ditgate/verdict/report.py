@@ -9,6 +9,7 @@ import io
 from pathlib import Path
 from typing import Any
 
+from pytest_ditgate.bench.ledger import LEDGER_FILE
 from pytest_ditgate.fsutil import read_jsonl
 from pytest_ditgate.verdict.ledger import read_experiments
 
@@ -77,7 +78,8 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
 def render_report(root: Path) -> str:
     """The whole HTML page for ledger folder ``root``."""
     experiments = read_experiments(root)
-    measurements, _ = read_jsonl(root / "bench.jsonl")
+    records, _ = read_jsonl(root / LEDGER_FILE)
+    measurements = [r["measurement"] for r in records if r.get("kind") == "measurement"]
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ditgate report</title><style>",
              "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}"
@@ -120,7 +122,7 @@ def render_report(root: Path) -> str:
         name = html.escape(str(path.relative_to(root)))
         parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{data}'><figcaption>{name}</figcaption></figure>")
     parts.append("<h2>Measurements</h2>")
-    mrows = [[m.get("label") or m.get("name", ""), m.get("backend", ""), f"{m.get('median_ms', float('nan')):.5f}",
+    mrows = [[m.get("label") or "", m.get("backend") or "", f"{m.get('median_ms', float('nan')):.5f}",
               f"{m.get('cv', float('nan')):.3%}" if isinstance(m.get("cv"), (int, float)) else "",
               m.get("n", ""), m.get("mechanism", ""), m.get("arch", "")] for m in measurements[-200:]]
     parts.append(_table(["name", "backend", "median ms", "CV", "n", "mechanism", "arch"], mrows) if mrows

@@ -36,10 +36,7 @@ def resolve_base(root: Path, base: str | None) -> str | None:
 def changed_paths(root: Path, base: str | None) -> list[str]:
     """Paths changed since ``base``: committed, staged, unstaged and untracked (ignored files excluded)."""
     changed: set[str] = set()
-    if base:
-        changed.update(_git(root, "diff", "--name-only", base).splitlines())
-    else:
-        changed.update(_git(root, "diff", "--name-only", "HEAD").splitlines())
+    changed.update(_git(root, "diff", "--name-only", base or "HEAD").splitlines())
     changed.update(_git(root, "ls-files", "--others", "--exclude-standard").splitlines())
     return sorted(path for path in changed if path.strip())
 
@@ -47,7 +44,7 @@ def changed_paths(root: Path, base: str | None) -> list[str]:
 def matches(path: str, pattern: str) -> bool:
     if pattern.endswith("/"):
         return path.startswith(pattern)
-    return fnmatch.fnmatch(path, pattern) or path.startswith(pattern.rstrip("/") + "/")
+    return fnmatch.fnmatch(path, pattern) or path.startswith(pattern + "/")
 
 
 def scope_violations(changed: list[str], mutable: list[str], fixed: list[str]) -> list[str]:
