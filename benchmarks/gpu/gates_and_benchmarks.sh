@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issues 4, 6 and 7 on one H200: gate suites and benchmarks, logs and results under $OUT, a short table last.
-#   STAGES: space-separated subset of "kernels benchtests bench fidelity dit ditbench gapprobe" (default: kernels bench fidelity)
+#   STAGES: space-separated subset of "kernels rest benchtests bench fidelity dit ditbench gapprobe" (default: kernels bench fidelity)
 #   DITGATE_COMMIT: the commit measured (the device copy has no .git)
 # At most eight files come back from the device, so the logs travel as one logs.tar.gz.
 set -uo pipefail
@@ -23,13 +23,14 @@ stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log, one summ
 }
 for s in $STAGES; do
   case $s in
-    kernels) stage kernels 300 python3 -m pytest --ditgate tests/gates/kernels tests/kernels tests/gates/test_bench_gpu.py -q -rs -p no:randomly ;;
+    kernels) stage kernels 120 python3 -m pytest --ditgate tests/gates/kernels tests/kernels tests/gates/test_bench_gpu.py -q -rs -p no:randomly ;;
+    rest) stage rest 120 python3 -m pytest --ditgate tests/gates/test_correctness_gpu.py tests/gates/test_device_gate.py tests/dit_fast -q -rs -p no:randomly ;;
     benchtests) stage bench_tests 150 python3 -m pytest --ditgate tests/gates/test_bench_gpu.py -q -rs -p no:randomly ;;
-    bench) stage kernels_bench 240 python3 benchmarks/kernels_bench.py --out "$OUT" ;;
+    bench) stage kernels_bench 110 python3 benchmarks/kernels_bench.py --out "$OUT" ;;
     fidelity) stage fidelity 200 python3 benchmarks/timer_fidelity.py --out "$OUT" ;;
-    dit) stage dit 420 python3 -m pytest --ditgate tests/gates/dit -q -rs -p no:randomly --durations=15 ;;
+    dit) stage dit 150 python3 -m pytest --ditgate tests/gates/dit -q -rs -p no:randomly --durations=15 ;;
     ditbench) stage dit_bench 400 python3 benchmarks/dit_bench.py --out "$OUT" --sampling ;;
-    gapprobe) stage graph_gap_probe 120 python3 benchmarks/gpu/graph_gap_probe.py ;;
+    gapprobe) stage graph_gap_probe 50 python3 benchmarks/gpu/graph_gap_probe.py ;;
   esac
 done
 for name in kernels_bench fidelity dit_bench graph_gap_probe; do  # benchmark tables stay beside the archive
