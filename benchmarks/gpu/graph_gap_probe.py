@@ -20,22 +20,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import log  # noqa: E402
 
 import torch  # noqa: E402
-from torch.profiler import ProfilerActivity, profile  # noqa: E402
 
 from pytest_ditgate.bench.graphs import CapturedGraph  # noqa: E402
-from pytest_ditgate.bench.timers import Call, busy_ns  # noqa: E402
+from pytest_ditgate.bench.timers import Call, busy_ns, profiled  # noqa: E402
 
 
 def trace(fn, reps):
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(reps):
-            fn()
-        torch.cuda.synchronize()
-    out = []
-    for e in prof.profiler.kineto_results.events():
-        if e.device_type() == torch.autograd.DeviceType.CUDA and not e.is_user_annotation():
-            out.append((int(e.start_ns()), int(e.end_ns()), e.name()))
-    return sorted(out)
+    """(start ns, end ns, name) of the device activities of ``reps`` calls of ``fn``, in start order."""
+    events = profiled(lambda: [fn() for _ in range(reps)])
+    return sorted((int(e.start_ns()), int(e.end_ns()), e.name()) for e in events
+                  if e.device_type() == torch.autograd.DeviceType.CUDA and not e.is_user_annotation())
 
 
 def truth(call, n=200):
