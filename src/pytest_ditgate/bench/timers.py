@@ -147,11 +147,12 @@ def profiled(run: Callable[[], None], *, host: bool = False) -> list[Any]:
 
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if host else [ProfilerActivity.CUDA]
     try:
-        with warnings.catch_warnings(), profile(activities=activities) as prof:
+        with warnings.catch_warnings():  # torch warns on entering the profiler that it clears old events
             warnings.filterwarnings("ignore", message="Profiler clears events")
-            run()
-            torch.cuda.synchronize()
-        return prof.profiler.kineto_results.events()
+            with profile(activities=activities) as prof:
+                run()
+                torch.cuda.synchronize()
+            return prof.profiler.kineto_results.events()
     except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
         raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
 
