@@ -148,7 +148,7 @@ def profiled(run: Callable[[], None], *, host: bool = False) -> list[Any]:
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if host else [ProfilerActivity.CUDA]
     try:
         with warnings.catch_warnings():  # torch warns on entering the profiler that it clears old events
-            warnings.filterwarnings("ignore", message="Profiler clears events")
+            warnings.filterwarnings("ignore", message=".*Profiler clears events")
             with profile(activities=activities) as prof:
                 run()
                 torch.cuda.synchronize()
