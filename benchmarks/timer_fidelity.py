@@ -16,7 +16,8 @@ change (A vs A) flagged in <= 1 of 20, "flagged" meaning the 95 % CI bound shows
 1 % (MARGIN; the count for "CI excludes 1" is printed beside it). Ledger write below 1 ms per measurement (runs on CPU too).
 
 Usage: ``python benchmarks/timer_fidelity.py --out benchmarks/results`` (writes timer_fidelity_<arch>.json,
-prints a table last). Every case is guarded: one failure is recorded and the others still run.
+prints a table last, exits 1 when a target is missed). Every case is guarded: one failure is recorded and the
+others still run.
 """
 
 from __future__ import annotations
@@ -289,7 +290,10 @@ def main(argv: list[str] | None = None) -> int:
     path.write_text(json.dumps(results, indent=1, default=str) + "\n")
     log(f"wrote {os.path.relpath(path, ROOT) if path.is_relative_to(ROOT) else path}")
     print_tables(results)
-    return 0
+    failed = [target for target, _, verdict in results["targets"] if verdict == "FAIL"]
+    if failed:
+        log(f"{len(failed)} target(s) missed: {'; '.join(failed)}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Issues 4, 6 and 7 on one H200: gate suites and benchmarks, logs and results under $OUT, a short table last.
-#   STAGES: space-separated subset of "kernels rest benchtests bench fidelity dit ditbench gapprobe" (default: kernels bench fidelity)
+#   STAGES: space-separated subset of "kernels rest benchtests bench fidelity dit ditbench gapprobe captureprobe" (default: kernels bench fidelity)
 #   DITGATE_COMMIT: the commit measured (the device copy has no .git)
 # At most eight files come back from the device, so the logs travel as one logs.tar.gz.
 set -uo pipefail
@@ -31,13 +31,14 @@ for s in $STAGES; do
     dit) stage dit 150 python3 -m pytest --ditgate tests/gates/dit -q -rs -p no:randomly --durations=15 ;;
     ditbench) stage dit_bench 400 python3 benchmarks/dit_bench.py --out "$OUT" --sampling ;;
     gapprobe) stage graph_gap_probe 50 python3 benchmarks/gpu/graph_gap_probe.py ;;
+    captureprobe) stage graph_capture_probe 60 python3 benchmarks/gpu/graph_capture_probe.py ;;
   esac
 done
-for name in kernels_bench fidelity dit_bench graph_gap_probe; do  # benchmark tables stay beside the archive
+for name in kernels_bench fidelity dit_bench graph_gap_probe graph_capture_probe; do  # benchmark tables stay beside the archive
   [ -f "$OUT/logs/$name.log" ] && mv "$OUT/logs/$name.log" "$OUT/$name.log"
 done
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs && rm -rf "$OUT/logs"
-for name in kernels_bench fidelity dit_bench graph_gap_probe; do
+for name in kernels_bench fidelity dit_bench graph_gap_probe graph_capture_probe; do
   [ -f "$OUT/$name.log" ] && { echo "--- $name"; tail -30 "$OUT/$name.log"; }
 done
 echo "=== summary ==="; cat "$SUMMARY"

@@ -59,49 +59,62 @@ def test_graph_floor_gap_is_the_smallest_and_overlap_means_nothing_to_subtract()
 
 
 class _FakeCapture(graphs.CapturedGraph):
-    """A capture without CUDA whose every replay reads ``replay_ms`` per call (``subtract_ms`` is the real one)."""
+    """A capture without CUDA whose replays read ``replay_ms`` per call, one value after another."""
 
-    def __init__(self, gap_ms: float = 0.0, activities: float = 0.0, replay_ms: float = 1.0) -> None:
-        self.gap_ms, self.activities_per_call, self.count, self.replay_ms = gap_ms, activities, 100, replay_ms
+    def __init__(self, *replay_ms: float, floor_ms: float = 0.0, activities: float = 0.0) -> None:
+        self.floor_ms, self.activities_per_call, self.count = floor_ms, activities, 100
+        self.readings = iter(replay_ms)
         self.graph = types.SimpleNamespace(replay=lambda: None)
 
     def time_replay(self) -> float:
-        return self.replay_ms
+        return next(self.readings)
 
 
-def test_graph_samples_cycle_through_captures_and_lose_each_capture_s_launch_latency(monkeypatch) -> None:
+class _FakeProbe(graphs.LatencyProbe):
+    """A latency probe whose readings (ms per node) come from a list: the device's latency changing."""
+
+    def __init__(self, *latency_ms: float) -> None:
+        self.readings = iter(latency_ms)
+
+    def read_ms(self) -> float:
+        return next(self.readings)
+
+
+def test_graph_samples_lose_the_latency_read_beside_them_per_device_activity(monkeypatch) -> None:
+    """The device's launch latency jumps between samples (0.1 -> 0.3 us per node); each sample loses the
+    mean of the probe readings before and after it, times its activities per call; a floor gap larger
+    than the latency (gaps around a memset node) wins."""
     torch = pytest.importorskip("torch")
 
-    graph_set = graphs.GraphSet([_FakeCapture(), _FakeCapture()])
-    assert [graph_set.next_capture() for _ in range(3)] == [graph_set.captures[i] for i in (0, 1, 0)]
-
-    def gaps(sets):
-        sets[0].captures[0].gap_ms, sets[0].captures[0].activities_per_call = 0.0002, 2.0
-        sets[0].captures[1].gap_ms, sets[0].captures[1].activities_per_call = 0.0001, 2.0
-        return 0.0001
-
-    monkeypatch.setattr(graphs, "measure_launch_gaps", gaps)
-    sets = [graphs.GraphSet([_FakeCapture(replay_ms=0.0105), _FakeCapture(replay_ms=0.0102)])]
-    note = runner._measure_launch_gaps(sets)
-    assert "subtracted" in note and "node overhead 0.100 us, up to 0.400 us per call" in note
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # the fake replays launch nothing
-    samples, raw = graphs.time_graphs(sets, [0, 0, 0])
-    assert raw == [[0.0105, 0.0102, 0.0105]]
-    assert samples[0] == pytest.approx([0.0101, 0.0100, 0.0101])  # each capture's gap x activities per call
-    record = runner._gap_record(sets[0], [1.0, 2.0, 3.0])
-    assert record["graph_idle"] == "subtracted" and record["raw_median_ms"] == 2.0
-    assert record["subtracted_per_call_us"] == pytest.approx([0.4, 0.2])
-    assert record["activities_per_call"] == 2.0
+    steady = _FakeCapture(0.0104, 0.0108, 0.0108, activities=2.0)
+    memset = _FakeCapture(0.0300, 0.0300, 0.0300, floor_ms=0.0008, activities=2.0)
+    # three probe readings before the first sample (their median), then one after each sample
+    probe = _FakeProbe(0.0001, 0.0001, 0.0001, 0.0001, 0.0001, 0.0003, 0.0003, 0.0003, 0.0003)
+    timed = graphs.time_graphs([steady, memset], [0, 1, 0, 1, 0, 1], probe)
+    assert timed.raw == [[0.0104, 0.0108, 0.0108], [0.03, 0.03, 0.03]]
+    assert timed.latency[0] == pytest.approx([0.0001, 0.0002, 0.0003])
+    assert timed.samples[0] == pytest.approx([0.0102, 0.0104, 0.0102])
+    assert timed.samples[1] == pytest.approx([0.0284] * 3)  # floor 0.8 us > latency: 2 x 0.8 us lost
+    record = runner._gap_record(timed, 0, steady)
+    assert record["graph_idle"] == "subtracted" and record["raw_median_ms"] == 0.0108
+    assert record["activities_per_call"] == 2.0 and record["subtracted_per_call_us"]["median"] == pytest.approx(0.4)
+    assert record["launch_latency_us"]["median"] == pytest.approx(0.2)
 
 
 def test_graph_launch_latency_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -> None:
-    def busy(sets):
+    torch = pytest.importorskip("torch")
+
+    def busy(captures):
         raise TimingError("profiler unavailable: RuntimeError: already profiling")
 
-    monkeypatch.setattr(graphs, "measure_launch_gaps", busy)
-    sets = [graphs.GraphSet([_FakeCapture()])]
-    assert "not subtracted (profiler unavailable" in runner._measure_launch_gaps(sets)
-    assert runner._gap_record(sets[0], [1.0]) == {"graph_idle": "kept", "raw_median_ms": 1.0}
+    monkeypatch.setattr(graphs, "measure_floor_gaps", busy)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    probe, note = runner._latency_probe([_FakeCapture()])
+    assert probe is None and "not subtracted (profiler unavailable" in note
+    timed = graphs.time_graphs([_FakeCapture(0.001, 0.003)], [0, 0], probe)
+    assert timed.samples == timed.raw == [[0.001, 0.003]]
+    assert runner._gap_record(timed, 0, _FakeCapture()) == {"graph_idle": "kept", "raw_median_ms": 0.002}
 
 
 def test_spans_are_grouped_by_call_range_and_union_counts_busy_time() -> None:

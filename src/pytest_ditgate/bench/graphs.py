@@ -1,22 +1,22 @@
-"""The ``graph`` mechanism: calls captured in CUDA graphs, each replay timed with events, divided by the count.
+"""The ``graph`` mechanism: calls captured in a CUDA graph, each replay timed with events, divided by the count.
 
-Two effects make a replay read slower than the kernels inside it (measured on an H200, see
-benchmarks/gpu/graph_gap_probe.py): the device waits a launch latency between dependent nodes (0.03 to
-0.26 us between two kernels, about 0.8 us around a memset node), and that latency differs from one capture
-of the same calls to the next (a 2 us add read 0 to 18 % slow over five captures). So each call is
-captured ``GRAPH_CAPTURES`` times and the samples cycle through the captures; and where the profiler
-works, one traced replay per capture gives its *floor* gap between nodes (the smallest one: tracing
-stretches the others) and the number of device activities per call. Tracing also changes how a graph
-runs: untraced replays of 2 us kernels paid 0.2 to 0.4 us more per node than traced ones showed. So the
-device's per-node launch overhead is also calibrated once per process on a graph of empty kernels
-(untraced replay time per node minus the empty kernel's traced duration). Per device activity of a call,
-the larger of the two is subtracted. Without a profiler nothing is subtracted and the note says so.
+A replay reads slower than the kernels inside it: the device waits a launch latency between dependent
+nodes. On an H200 (benchmarks/gpu/graph_capture_probe.py) that latency is a state of the device, not of a
+capture: it toggled between two levels about 0.18 us per node apart a few times a second, moving every
+graph alike, so a 2 us add read 9 % or 19 % slow depending on the moment while its difference from an
+empty-kernel graph replayed next to it stayed within 2 %. So, where the profiler works, a graph of empty
+kernels (the *latency probe*) is replayed between the samples, and each sample loses the latency read just
+before and after it (per-node replay time minus the empty kernel's traced duration) per device activity of
+the call, or the call's floor gap from a traced replay where that is larger (gaps around memset nodes).
+Without a profiler nothing is subtracted and the note says so.
 """
 
 from __future__ import annotations
 
 import math
+import statistics
 import time
+from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device_spans, profiled
@@ -24,11 +24,9 @@ from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device
 #: a graph replay is sized to last about this long, so the fixed cost of a replay stays below 0.5 %
 GRAPH_REPLAY_MS = 5.0
 GRAPH_MAX_CALLS = 10_000
-#: captures per call whose replays the samples cycle through (capture-to-capture spread of launch latency)
-GRAPH_CAPTURES = 3
-#: nodes of the empty-kernel calibration graph
-CALIBRATION_NODES = 2000
-_node_overhead_ms: dict[int, float] = {}
+#: empty-kernel nodes of the latency probe graph (about 2 ms a replay on an H200)
+PROBE_NODES = 2000
+_probes: dict[int, "LatencyProbe"] = {}
 
 #: replays before sampling: clocks and caches settle (the first replays of a tiny kernel ran slower)
 GRAPH_WARM_MS = 25.0
@@ -37,16 +35,16 @@ GRAPH_WARM_MS = 25.0
 class CapturedGraph:
     """``count`` calls captured in one CUDA graph; calls cycle through ``variants`` (rotated input copies).
 
-    Graphs given the same ``pool`` share one memory pool, so that two graphs of a pair place their
-    outputs alike (two private pools made identical ops differ by about 0.4 % on an H200).
-    ``gap_ms`` is the launch latency subtracted per device activity (0 until measured).
+    Graphs given the same ``pool`` share one memory pool, so that the graphs of a pair place their outputs
+    alike. ``floor_ms`` (smallest gap between nodes) and ``activities_per_call`` come from a traced replay
+    (0 until measured).
     """
 
     def __init__(self, variants: Sequence[Call], count: int, pool: Any = None) -> None:
         import torch
 
         self.count = count
-        self.gap_ms = 0.0
+        self.floor_ms = 0.0
         self.activities_per_call = 0.0
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
@@ -79,28 +77,6 @@ class CapturedGraph:
         torch.cuda.synchronize()
         return float(start.elapsed_time(end)) / self.count
 
-    @property
-    def subtract_ms(self) -> float:
-        """Launch latency per call: the floor gap times the device activities of one call."""
-        return self.gap_ms * self.activities_per_call
-
-
-class GraphSet:
-    """The captures of one call (same count, one shared pool); sample ``k`` replays capture ``k % len``."""
-
-    def __init__(self, captures: Sequence[CapturedGraph]) -> None:
-        self.captures = list(captures)
-        self.count = self.captures[0].count
-        self.taken = 0
-
-    def next_capture(self) -> CapturedGraph:
-        capture = self.captures[self.taken % len(self.captures)]
-        self.taken += 1
-        return capture
-
-    def time_replay(self) -> float:
-        return self.captures[0].time_replay()
-
 
 def probe_per_call_ms(variants: Sequence[Call]) -> float:
     """Per-call time from a small graph (no launch overhead, unlike a host-clock estimate)."""
@@ -109,9 +85,9 @@ def probe_per_call_ms(variants: Sequence[Call]) -> float:
 
 
 def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float = GRAPH_REPLAY_MS,
-                   max_calls: int = GRAPH_MAX_CALLS, captures: int = GRAPH_CAPTURES) -> list[GraphSet]:
-    """``captures`` graphs per variant set, all with the same call count (sized so the slowest replay lasts
-    about ``replay_ms``, at least one pass over every variant) in one shared memory pool."""
+                   max_calls: int = GRAPH_MAX_CALLS) -> list[CapturedGraph]:
+    """One graph per variant set, all with the same call count (sized so the slowest replay lasts about
+    ``replay_ms``, at least one pass over every variant) in one shared memory pool."""
     import torch
 
     per_call = max(probe_per_call_ms(v) for v in variant_sets)
@@ -119,7 +95,7 @@ def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float =
     count = max(most, min(math.ceil(replay_ms / max(per_call, 1e-6)), max_calls))
     count = math.ceil(count / most) * most
     pool = torch.cuda.graph_pool_handle()
-    return [GraphSet([CapturedGraph(v, count, pool) for _ in range(captures)]) for v in variant_sets]
+    return [CapturedGraph(v, count, pool) for v in variant_sets]
 
 
 def _traced_spans(replay: Any) -> list[tuple[int, int]]:
@@ -129,37 +105,47 @@ def _traced_spans(replay: Any) -> list[tuple[int, int]]:
     return device_spans(profiled(replay), torch.autograd.DeviceType.CUDA)
 
 
-def node_overhead_ms() -> float:
-    """The current device's launch overhead per graph node, once per process: an untraced replay of
-    CALIBRATION_NODES empty kernels per node, minus the empty kernel's own (traced) duration."""
-    import statistics
+class LatencyProbe:
+    """A graph of PROBE_NODES empty kernels whose untraced replay, less the empty kernel's own traced
+    duration, reads the device's launch latency per graph node at that moment."""
 
+    def __init__(self) -> None:
+        import torch
+
+        try:
+            self.capture = CapturedGraph([Call(torch.cuda._sleep, (0,))], PROBE_NODES)
+        except (AttributeError, RuntimeError) as exc:  # no torch.cuda._sleep in this torch
+            raise TimingError(f"launch latency probe failed: {type(exc).__name__}: {exc}") from exc
+        spans = _traced_spans(self.capture.graph.replay)
+        if len(spans) < PROBE_NODES:
+            raise TimingError(f"the profiler recorded {len(spans)} of {PROBE_NODES} latency probe kernels")
+        self.kernel_ms = statistics.median(end - start for start, end in spans) / 1e6
+
+    def read_ms(self) -> float:
+        """Launch latency per graph node now (one replay of the probe)."""
+        return max(0.0, self.capture.time_replay() - self.kernel_ms)
+
+
+def latency_probe() -> LatencyProbe:
+    """The current device's latency probe, made once per process."""
     import torch
 
     device = torch.cuda.current_device()
-    if device not in _node_overhead_ms:
-        try:
-            capture = CapturedGraph([Call(torch.cuda._sleep, (0,))], CALIBRATION_NODES)
-        except (AttributeError, RuntimeError) as exc:  # no torch.cuda._sleep in this torch
-            raise TimingError(f"node overhead calibration failed: {type(exc).__name__}: {exc}") from exc
-        per_node = statistics.median(capture.time_replay() for _ in range(10))
+    if device not in _probes:
+        _probes[device] = LatencyProbe()
+    return _probes[device]
+
+
+def measure_floor_gaps(captures: Sequence[CapturedGraph]) -> LatencyProbe:
+    """Set ``floor_ms`` and ``activities_per_call`` of every capture from one traced replay each; returns
+    the device's latency probe (TimingError: no profiler)."""
+    probe = latency_probe()
+    for capture in captures:
         spans = _traced_spans(capture.graph.replay)
-        if len(spans) < CALIBRATION_NODES:
-            raise TimingError(f"the profiler recorded {len(spans)} of {CALIBRATION_NODES} calibration kernels")
-        duration = statistics.median(end - start for start, end in spans) / 1e6
-        _node_overhead_ms[device] = max(0.0, per_node - duration)
-    return _node_overhead_ms[device]
-
-
-def launch_gap(capture: CapturedGraph) -> tuple[float, float]:
-    """(floor gap between consecutive device activities in ms, activities per call) from one traced replay.
-
-    Overlapping activities (a call that uses several streams) give a floor of 0: nothing to subtract.
-    """
-    spans = _traced_spans(capture.graph.replay)
-    if len(spans) < capture.count:
-        raise TimingError(f"the profiler recorded {len(spans)} device activities for {capture.count} calls")
-    return floor_gap_ns(spans) / 1e6, len(spans) / capture.count
+        if len(spans) < capture.count:
+            raise TimingError(f"the profiler recorded {len(spans)} device activities for {capture.count} calls")
+        capture.floor_ms, capture.activities_per_call = floor_gap_ns(spans) / 1e6, len(spans) / capture.count
+    return probe
 
 
 def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:
@@ -168,37 +154,46 @@ def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:
     return max(0, min(gaps)) if gaps else 0
 
 
-def measure_launch_gaps(sets: Sequence[GraphSet]) -> float:
-    """Set ``gap_ms`` (the larger of the capture's floor gap and the device's node overhead) and
-    ``activities_per_call`` of every capture; returns the node overhead (TimingError: no profiler)."""
-    overhead = node_overhead_ms()
-    for graph_set in sets:
-        for capture in graph_set.captures:
-            floor, capture.activities_per_call = launch_gap(capture)
-            capture.gap_ms = max(floor, overhead)
-    return overhead
+@dataclass
+class GraphSamples:
+    """Per call: samples (ms per call, latency subtracted), raw replay samples, what each lost, and the
+    latency per node read beside each sample (empty without a probe)."""
+
+    samples: list[list[float]]
+    raw: list[list[float]]
+    subtracted: list[list[float]] = field(default_factory=list)
+    latency: list[list[float]] = field(default_factory=list)
 
 
-def time_graphs(sets: Sequence[GraphSet], order: Sequence[int]) -> tuple[list[list[float]], list[list[float]]]:
+def time_graphs(captures: Sequence[CapturedGraph], order: Sequence[int],
+                probe: LatencyProbe | None = None) -> GraphSamples:
     """One replay per schedule entry after about GRAPH_WARM_MS of warm-up replays of every capture.
 
-    Returns (samples with each capture's launch latency subtracted, raw samples), ms per call.
+    With a ``probe``, the probe is replayed before the first sample and after each one, and a sample loses
+    the mean of the two readings around it (or the capture's floor gap, if larger) per device activity.
     """
     import torch
 
-    for graph_set in sets:
-        for capture in graph_set.captures:
-            start = time.perf_counter()
-            for done in range(1000):
-                capture.graph.replay()
-                torch.cuda.synchronize()
-                if done >= 2 and (time.perf_counter() - start) * 1e3 >= GRAPH_WARM_MS / len(graph_set.captures):
-                    break
-    samples: list[list[float]] = [[] for _ in sets]
-    raw: list[list[float]] = [[] for _ in sets]
+    for capture in captures:
+        start = time.perf_counter()
+        for done in range(1000):
+            capture.graph.replay()
+            torch.cuda.synchronize()
+            if done >= 2 and (time.perf_counter() - start) * 1e3 >= GRAPH_WARM_MS / len(captures):
+                break
+    result = GraphSamples(*([[] for _ in captures] for _ in range(4)))
+    before = statistics.median(probe.read_ms() for _ in range(3)) if probe is not None else 0.0
     for index in order:
-        capture = sets[index].next_capture()
+        capture = captures[index]
         value = capture.time_replay()
-        raw[index].append(value)
-        samples[index].append(value - capture.subtract_ms)
-    return samples, raw
+        result.raw[index].append(value)
+        if probe is None:
+            result.samples[index].append(value)
+            continue
+        after = probe.read_ms()
+        latency, before = (before + after) / 2, after
+        cut = max(capture.floor_ms, latency) * capture.activities_per_call
+        result.samples[index].append(value - cut)
+        result.subtracted[index].append(cut)
+        result.latency[index].append(latency)
+    return result

@@ -38,9 +38,9 @@ DESCRIPTIONS = {
              "kernel, memcpy and memset intervals), no host launch overhead",
     "graph": "calls captured in one CUDA graph, each replay timed with CUDA events and divided by the count: "
              "back-to-back kernels, no launch overhead",
-    "graph_idle": "launch latency between graph nodes subtracted per device activity of a call (the larger "
-                  "of the floor gap in a traced replay and the device's node overhead calibrated on empty "
-                  "kernels)",
+    "graph_idle": "launch latency between graph nodes subtracted per device activity of a call (read beside "
+                  "every sample on a graph of empty kernels, or the call's floor gap in a traced replay where "
+                  "larger)",
     "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
               "few microseconds read several times too slow",
     "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
@@ -181,21 +181,24 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     per_call = max(estimates)
     if mechanism == "graph":
         variant_sets = [_rotations(c, device.l2_bytes) if cold else [c] for c in calls]
-        sets = graphs.capture_graphs(variant_sets)
-        replay_ms = sum(g.count * g.time_replay() for g in sets)
+        captures = graphs.capture_graphs(variant_sets)
+        replay_ms = sum(g.count * g.time_replay() for g in captures)
         rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
-        idle_note = "launch latency between graph nodes kept (graph_idle='keep')"
+        probe, idle_note = None, "launch latency between graph nodes kept (graph_idle='keep')"
         if options.graph_idle == "subtract":
-            idle_note = _measure_launch_gaps(sets)
-        samples, raw = graphs.time_graphs(sets, _schedule(len(calls), rounds))
-        counts = [g.count for g in sets]
-        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay, {len(sets[0].captures)} captures"
-        extra = {"calls_per_replay": counts[0], "captures": len(sets[0].captures)}
+            probe, idle_note = _latency_probe(captures)
+        timed = graphs.time_graphs(captures, _schedule(len(calls), rounds), probe)
+        samples = timed.samples
+        counts = [g.count for g in captures]
+        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay"
+        extra: dict[str, Any] = {"calls_per_replay": counts[0]}
         if cold:
             note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
                      f"{l2mod.L2_FACTOR}x L2")
             extra["rotated_copies"] = len(variant_sets[0])
-        extras = [dict(extra, **_gap_record(s, r)) for s, r in zip(sets, raw)]
+        extras = [dict(extra, **_gap_record(timed, i, c)) for i, c in enumerate(captures)]
+        if probe is not None:
+            idle_note += f": median {statistics.median(v for row in timed.latency for v in row) * 1e3:.3f} us per node"
         return _Run(mechanism, regime, samples, counts, note + "; " + idle_note, extras)
     rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
     order = _schedule(len(calls), rounds)
@@ -217,25 +220,28 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     return _Run(mechanism, regime, list(samples), [1] * len(calls), note, extras)
 
 
-def _measure_launch_gaps(sets: Sequence[Any]) -> str:
-    """Measure each capture's launch latency (to be subtracted); the note says what was done or why not."""
+def _latency_probe(captures: Sequence[Any]) -> tuple[Any, str]:
+    """The latency probe (after measuring each capture's floor gap), or None and why nothing is subtracted."""
     try:
-        overhead = graphs.measure_launch_gaps(sets)
+        return graphs.measure_floor_gaps(captures), DESCRIPTIONS["graph_idle"]
     except TimingError as exc:
-        return f"launch latency between graph nodes not subtracted ({exc})"
-    gap = max(c.subtract_ms for s in sets for c in s.captures)
-    return DESCRIPTIONS["graph_idle"] + f": node overhead {overhead * 1e3:.3f} us, up to {gap * 1e3:.3f} us per call"
+        return None, f"launch latency between graph nodes not subtracted ({exc})"
 
 
-def _gap_record(graph_set: Any, raw: list[float]) -> dict[str, Any]:
+def _gap_record(timed: Any, index: int, capture: Any) -> dict[str, Any]:
     """What was subtracted from one call's graph samples, and the raw median (for ``extra``)."""
-    captures = graph_set.captures
-    subtracted = [c.subtract_ms * 1e3 for c in captures]
-    if not any(subtracted):
-        return {"graph_idle": "kept", "raw_median_ms": statistics.median(raw)}
-    return {"graph_idle": "subtracted", "raw_median_ms": statistics.median(raw),
-            "activities_per_call": captures[0].activities_per_call,
-            "launch_gap_us": [c.gap_ms * 1e3 for c in captures], "subtracted_per_call_us": subtracted}
+    raw = statistics.median(timed.raw[index])
+    if not timed.subtracted or not timed.subtracted[index]:
+        return {"graph_idle": "kept", "raw_median_ms": raw}
+    return {"graph_idle": "subtracted", "raw_median_ms": raw, "activities_per_call": capture.activities_per_call,
+            "floor_gap_us": capture.floor_ms * 1e3,
+            "launch_latency_us": _quartiles(timed.latency[index], 1e3),
+            "subtracted_per_call_us": _quartiles(timed.subtracted[index], 1e3)}
+
+
+def _quartiles(values: Sequence[float], scale: float) -> dict[str, float]:
+    low, mid, high = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
+    return {"q1": low * scale, "median": mid * scale, "q3": high * scale}
 
 
 def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
