@@ -10,7 +10,7 @@ Over the five cases of the design brief's reference table (add 1M bf16, LayerNor
 - triton's ``do_bench`` and ``do_bench_cudagraph`` (when triton is installed).
 
 Targets (issue 4): auto and graph within 5 % of truth on the four non-matmul cases, graph at least as close
-as do_bench_cudagraph, CV below 2 %; matmul: both regimes reported. Detection power: an injected 3 %
+as do_bench_cudagraph (median error over CLOSENESS_ROUNDS side-by-side rounds), CV below 2 %; matmul: both regimes reported. Detection power: an injected 3 %
 slowdown (the same add on 3 % more elements) flagged in >= 19 of 20 repeats of ``measure_pair``, a null
 change (A vs A) flagged in <= 1 of 20, "flagged" meaning the 95 % CI bound shows a difference of at least
 1 % (MARGIN; the count for "CI excludes 1" is printed beside it). Ledger write below 1 ms per measurement (runs on CPU too).
@@ -36,6 +36,10 @@ from harness import ROOT, guarded, log  # noqa: E402 - puts the repository on sy
 TOLERANCE = 0.05  # within 5 % of truth
 CV_LIMIT = 0.02
 DBCG_MARGIN = 0.005  # "at least as close as do_bench_cudagraph", within half a percentage point of noise
+#: rounds of (truth, graph, do_bench_cudagraph) side by side for "as close as": the launch latency between
+#: graph nodes toggles between two levels a few times a second, so one reading of do_bench_cudagraph (which
+#: keeps it) is a coin toss between two errors; the median error over the rounds is compared
+CLOSENESS_ROUNDS = 5
 REPEATS = 20
 #: a change counts as flagged when the CI bound shows it slower (or faster) by at least this fraction,
 #: the question ditbench.pair asks with min_speedup; the stricter "CI excludes 1" is reported beside it
@@ -119,12 +123,31 @@ def fidelity(results: dict) -> None:
         if tt is not None:
             guarded(row, "do_bench_ms", lambda: float(tt.do_bench(bound, return_mode="median")))
             guarded(row, "do_bench_cudagraph_ms", lambda: float(tt.do_bench_cudagraph(bound, return_mode="median")))
+        if tt is not None and not name.startswith("matmul"):
+            guarded(row, "closeness", lambda: closeness(fn, args, bound, tt))
         if name == "add_1M_bf16":
             guarded(row, "graph_cold", lambda: measurement_row(measure(fn, *args, mechanism="graph", l2="cold")))
             guarded(row, "cupti_cold", lambda: measurement_row(measure(fn, *args, mechanism="cupti", l2="cold")))
         torch.cuda.synchronize()
         log(json.dumps({k: (v.get("median_ms") if isinstance(v, dict) else v) for k, v in row.items()
                         if k not in ("dtype", "shapes")}))
+
+
+def closeness(fn: Callable[..., Any], args: tuple, bound: Callable[[], Any], tt: Any) -> dict:
+    """CLOSENESS_ROUNDS rounds of CUPTI truth, the graph mechanism and do_bench_cudagraph, side by side;
+    the median relative error of each over the rounds."""
+    from pytest_ditgate.bench import measure
+
+    rounds = []
+    for _ in range(CLOSENESS_ROUNDS):
+        truth = cupti_truth(bound)
+        graph = measure(fn, *args, mechanism="graph").median_ms
+        dbcg = float(tt.do_bench_cudagraph(bound, return_mode="median"))
+        rounds.append({"truth_ms": truth, "graph_ms": graph, "do_bench_cudagraph_ms": dbcg})
+    return {"rounds": rounds,
+            "graph_error": statistics.median(abs(r["graph_ms"] / r["truth_ms"] - 1) for r in rounds),
+            "do_bench_cudagraph_error": statistics.median(abs(r["do_bench_cudagraph_ms"] / r["truth_ms"] - 1)
+                                                          for r in rounds)}
 
 
 def detection(results: dict, mechanisms: tuple[str, ...]) -> None:
@@ -163,7 +186,6 @@ def detection(results: dict, mechanisms: tuple[str, ...]) -> None:
         log(f"detection[{mechanism}]: slowdown flagged {rows['slowdown_flagged']}/{REPEATS}, "
             f"null flagged {rows['null_flagged']}/{REPEATS}")
 
-
 def ledger_overhead(results: dict) -> None:
     from pytest_ditgate.bench.ledger import Ledger
     from pytest_ditgate.bench.measurement import Measurement
@@ -181,19 +203,16 @@ def ledger_overhead(results: dict) -> None:
     results["ledger"] = {"writes": len(times), "median_ms": statistics.median(times), "max_ms": max(times),
                          "records_read": len(records), "bad_lines": len(bad), "samples_per_record": 200}
 
-
 def rel(a: Any, b: Any) -> float | None:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
         return abs(a / b - 1.0)
     return None
-
 
 def med(row: dict, key: str) -> Any:
     value = row.get(key)
     if isinstance(value, dict):
         return value.get("median_ms")
     return value
-
 
 def verdicts(results: dict) -> list[tuple[str, str, str]]:
     """(target, measured, PASS/FAIL) rows."""
@@ -212,10 +231,11 @@ def verdicts(results: dict) -> list[tuple[str, str, str]]:
                         "PASS" if err is not None and err <= TOLERANCE else "FAIL"))
             out.append((f"{name}: {key} CV < 2%", "err" if cv is None else f"{cv * 100:.2f}%",
                         "PASS" if cv is not None and cv < CV_LIMIT else "FAIL"))
-        g, d = rel(med(row, "graph"), truth), rel(row.get("do_bench_cudagraph_ms"), truth)
-        if d is not None:
-            out.append((f"{name}: graph as close as do_bench_cudagraph", f"{(g or 0) * 100:.2f}% vs {d * 100:.2f}%",
-                        "PASS" if g is not None and g <= d + DBCG_MARGIN else "FAIL"))
+        close = row.get("closeness")
+        if isinstance(close, dict) and "graph_error" in close:
+            g, d = close["graph_error"], close["do_bench_cudagraph_error"]
+            out.append((f"{name}: graph as close as do_bench_cudagraph", f"{g * 100:.2f}% vs {d * 100:.2f}% "
+                        f"(median of {len(close['rounds'])} rounds)", "PASS" if g <= d + DBCG_MARGIN else "FAIL"))
     for mechanism, rows in results.get("detection", {}).items():
         if not isinstance(rows, dict) or "slowdown_flagged" not in rows:
             continue
@@ -230,7 +250,6 @@ def verdicts(results: dict) -> list[tuple[str, str, str]]:
         out.append(("ledger write < 1 ms", f"{ledger['median_ms']:.3f} ms (max {ledger['max_ms']:.3f})",
                     "PASS" if ledger["median_ms"] < 1.0 and not ledger["bad_lines"] else "FAIL"))
     return out
-
 
 def print_tables(results: dict) -> None:
     cols = ("truth_cupti_ms", "auto", "graph", "graph_keep", "events", "wall", "cupti_sustained", "do_bench_ms",
@@ -249,7 +268,6 @@ def print_tables(results: dict) -> None:
     print("\n=== targets ===")
     for target, measured, verdict in verdicts(results):
         print(f"{verdict:5s} {target:48s} {measured}")
-
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -294,7 +312,6 @@ def main(argv: list[str] | None = None) -> int:
     if failed:
         log(f"{len(failed)} target(s) missed: {'; '.join(failed)}")
     return 1 if failed else 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

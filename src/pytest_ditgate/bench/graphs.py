@@ -5,10 +5,11 @@ nodes. On an H200 (benchmarks/gpu/graph_capture_probe.py) that latency is a stat
 capture: it toggled between two levels about 0.18 us per node apart a few times a second, moving every
 graph alike, so a 2 us add read 9 % or 19 % slow depending on the moment while its difference from an
 empty-kernel graph replayed next to it stayed within 2 %. So, where the profiler works, a graph of empty
-kernels (the *latency probe*) is replayed between the samples, and each sample loses the latency read just
-before and after it (per-node replay time minus the empty kernel's traced duration) per device activity of
-the call, or the call's floor gap from a traced replay where that is larger (gaps around memset nodes).
-Without a profiler nothing is subtracted and the note says so.
+kernels (the *latency probe*) is replayed between blocks of samples (at most 5 % of the time, so a busy GPU
+does not rest), and each sample loses the latency read just before and after its block (per-node replay
+time minus the empty kernel's traced duration) per device activity of the call, or the call's floor gap
+from a traced replay where that is larger (gaps around memset nodes); a block during which the latency
+changed is retaken. Without a profiler nothing is subtracted and the note says so.
 """
 
 from __future__ import annotations
@@ -24,8 +25,15 @@ from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device
 #: a graph replay is sized to last about this long, so the fixed cost of a replay stays below 0.5 %
 GRAPH_REPLAY_MS = 5.0
 GRAPH_MAX_CALLS = 10_000
-#: empty-kernel nodes of the latency probe graph (about 2 ms a replay on an H200)
-PROBE_NODES = 2000
+#: empty-kernel nodes of the latency probe graph (about 1 ms a replay on an H200)
+PROBE_NODES = 1000
+#: the probe takes at most this share of the sampling time: its empty kernels let a busy GPU rest, and
+#: resting after every sample turned the sustained regime of a 4096^3 matmul into a spaced one
+PROBE_SHARE = 0.05
+#: probe readings around a block of samples agree within the larger of this and 10 %: the latency did not
+#: change during the block (its two levels on an H200 were 0.18 us apart); otherwise the block is retaken
+SETTLED_MS = 0.05e-3
+RETAKES = 3
 _probes: dict[int, "LatencyProbe"] = {}
 
 #: replays before sampling: clocks and caches settle (the first replays of a tiny kernel ran slower)
@@ -125,6 +133,16 @@ class LatencyProbe:
         """Launch latency per graph node now (one replay of the probe)."""
         return max(0.0, self.capture.time_replay() - self.kernel_ms)
 
+    @property
+    def replay_ms(self) -> float:
+        """About how long one reading keeps the device on empty kernels."""
+        return self.capture.count * self.kernel_ms
+
+
+def settled(before: float, after: float) -> bool:
+    """Two latency readings that show no change of the device's latency state between them."""
+    return abs(after - before) <= max(SETTLED_MS, 0.1 * max(before, after))
+
 
 def latency_probe() -> LatencyProbe:
     """The current device's latency probe, made once per process."""
@@ -157,20 +175,24 @@ def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:
 @dataclass
 class GraphSamples:
     """Per call: samples (ms per call, latency subtracted), raw replay samples, what each lost, and the
-    latency per node read beside each sample (empty without a probe)."""
+    latency per node read beside each sample (empty without a probe); blocks retaken after the latency
+    changed during them."""
 
     samples: list[list[float]]
     raw: list[list[float]]
     subtracted: list[list[float]] = field(default_factory=list)
     latency: list[list[float]] = field(default_factory=list)
+    retaken: int = 0
 
 
 def time_graphs(captures: Sequence[CapturedGraph], order: Sequence[int],
                 probe: LatencyProbe | None = None) -> GraphSamples:
     """One replay per schedule entry after about GRAPH_WARM_MS of warm-up replays of every capture.
 
-    With a ``probe``, the probe is replayed before the first sample and after each one, and a sample loses
-    the mean of the two readings around it (or the capture's floor gap, if larger) per device activity.
+    With a ``probe``, the schedule runs in blocks with a probe reading before the first and after each
+    block (a block is sized so the probe takes at most PROBE_SHARE of the time); a block whose readings
+    disagree is retaken (up to RETAKES times), and each of its samples loses the mean of the two readings
+    (or the capture's floor gap, if larger) per device activity.
     """
     import torch
 
@@ -182,18 +204,30 @@ def time_graphs(captures: Sequence[CapturedGraph], order: Sequence[int],
             if done >= 2 and (time.perf_counter() - start) * 1e3 >= GRAPH_WARM_MS / len(captures):
                 break
     result = GraphSamples(*([[] for _ in captures] for _ in range(4)))
-    before = statistics.median(probe.read_ms() for _ in range(3)) if probe is not None else 0.0
-    for index in order:
-        capture = captures[index]
-        value = capture.time_replay()
-        result.raw[index].append(value)
-        if probe is None:
+    if probe is None:
+        for index in order:
+            value = captures[index].time_replay()
+            result.raw[index].append(value)
             result.samples[index].append(value)
-            continue
-        after = probe.read_ms()
+        return result
+    before = statistics.median(probe.read_ms() for _ in range(3))
+    replay_ms = min(c.count * c.time_replay() for c in captures)
+    size = max(1, math.ceil(probe.replay_ms / (PROBE_SHARE * max(replay_ms, 1e-6))))
+    for first in range(0, len(order), size):
+        block = order[first:first + size]
+        for attempt in range(RETAKES + 1):
+            values = [captures[index].time_replay() for index in block]
+            after = probe.read_ms()
+            if settled(before, after) or attempt == RETAKES:
+                break
+            before = after
+            result.retaken += 1
         latency, before = (before + after) / 2, after
-        cut = max(capture.floor_ms, latency) * capture.activities_per_call
-        result.samples[index].append(value - cut)
-        result.subtracted[index].append(cut)
-        result.latency[index].append(latency)
+        for index, value in zip(block, values):
+            capture = captures[index]
+            cut = max(capture.floor_ms, latency) * capture.activities_per_call
+            result.raw[index].append(value)
+            result.samples[index].append(value - cut)
+            result.subtracted[index].append(cut)
+            result.latency[index].append(latency)
     return result

@@ -198,7 +198,8 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
             extra["rotated_copies"] = len(variant_sets[0])
         extras = [dict(extra, **_gap_record(timed, i, c)) for i, c in enumerate(captures)]
         if probe is not None:
-            idle_note += f": median {statistics.median(v for row in timed.latency for v in row) * 1e3:.3f} us per node"
+            idle_note += (f": median {statistics.median(v for row in timed.latency for v in row) * 1e3:.3f} us per "
+                          f"node, {timed.retaken} block(s) retaken after the latency changed")
         return _Run(mechanism, regime, samples, counts, note + "; " + idle_note, extras)
     rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
     order = _schedule(len(calls), rounds)
@@ -234,7 +235,7 @@ def _gap_record(timed: Any, index: int, capture: Any) -> dict[str, Any]:
     if not timed.subtracted or not timed.subtracted[index]:
         return {"graph_idle": "kept", "raw_median_ms": raw}
     return {"graph_idle": "subtracted", "raw_median_ms": raw, "activities_per_call": capture.activities_per_call,
-            "floor_gap_us": capture.floor_ms * 1e3,
+            "floor_gap_us": capture.floor_ms * 1e3, "retaken_blocks": timed.retaken,
             "launch_latency_us": _quartiles(timed.latency[index], 1e3),
             "subtracted_per_call_us": _quartiles(timed.subtracted[index], 1e3)}
 
