@@ -134,6 +134,7 @@ def main() -> None:
         print(f"  {label}: {ev:.3f} us ({ev / t0 - 1:+.1%}); traced busy {busy:.3f} gap floor {floor:.3f} med {med:.3f}")
         del graph
     more(x, y, t0)
+    switching(x, y)
     t1 = truth_us(call)
     print(f"\ntruth after: {t1:.3f} us ({t1 / t0 - 1:+.1%} vs before)  ({sm_clock()})")
 
@@ -183,6 +184,37 @@ def more(x, y, t0) -> None:
     print(f"  empty kernel traced duration {statistics.median(e - s for s, e in spans) / 1e3:.3f} us; "
           f"truth of an empty kernel host launched {truth_us(lambda: torch.cuda._sleep(0)):.3f} us")
     log("more done")
+
+
+def switching(x, y) -> None:
+    """Does a graph's first replay after another graph's replays read slower (a switch cost), and by how
+    much per node, for the add graph (2500 nodes) and empty-kernel graphs of 1000 and 2000 nodes?"""
+    add = CapturedGraph([Call(lambda: torch.add(x, y))], COUNT)
+    empties = {n: CapturedGraph([Call(torch.cuda._sleep, (0,))], n) for n in (1000, 2000)}
+    for g in [add, *empties.values()]:
+        for _ in range(20):
+            g.graph.replay()
+    torch.cuda.synchronize()
+
+    def series(graph, n):
+        return [graph.time_replay() * 1e3 for _ in range(n)]
+
+    print("\n== switching: us per node, replays in a row (first ones after a switch)")
+    for n, empty in empties.items():
+        rows = []
+        for _ in range(10):
+            before = series(add, 8)
+            after = series(empty, 4)
+            back = series(add, 4)
+            rows.append((before, after, back))
+        med = lambda k, i: statistics.median(r[k][i] for r in rows)  # noqa: E731
+        print(f"  empty {n}: after 8 adds, empty replays 1-4: " + " ".join(f"{med(1, i):.3f}" for i in range(4))
+              + "; add replays 1-4 after them: " + " ".join(f"{med(2, i):.3f}" for i in range(4))
+              + f"; add in a row (5-8): {statistics.median(v for r in rows for v in r[0][4:]):.3f}")
+        alt = [(add.time_replay() * 1e3, empty.time_replay() * 1e3) for _ in range(40)]
+        print(f"  empty {n}: alternating one by one: add {statistics.median(a for a, _ in alt):.3f} "
+              f"empty {statistics.median(e for _, e in alt):.3f}")
+    log("switching done")
 
 
 if __name__ == "__main__":
