@@ -76,7 +76,7 @@ class _FakeProbe(graphs.LatencyProbe):
     def __init__(self, *latency_ms: float, replay_ms: float = 0.0) -> None:
         self.readings = iter(latency_ms)
         self.capture = types.SimpleNamespace(count=1)
-        self.kernel_ms = replay_ms
+        self.kernel_ms = replay_ms  # one probe replay lasts count x kernel_ms
 
     def read_ms(self) -> float:
         return next(self.readings)
@@ -111,12 +111,13 @@ def test_graph_samples_lose_the_latency_read_beside_them_per_device_activity(mon
 def test_a_graph_block_during_which_the_latency_changed_is_retaken(monkeypatch) -> None:
     """The latency jumps from 0.2 to 0.4 us per node during the first block: its samples cannot be
     corrected, so the block is replayed again and the retake is kept; blocks hold several samples when
-    the probe is long next to a replay (here 2 samples: probe 0.1 ms, replay 1 ms, share 5 %)."""
+    the probe is long next to a replay (here 2 samples: a reading of two 0.05 ms probe replays, a 1 ms
+    replay, share 5 %)."""
     torch = pytest.importorskip("torch")
 
     monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
     capture = _FakeCapture(0.01, 0.0023, 0.0021, 0.0023, 0.0023, 0.0023, 0.0023, activities=1.0)
-    probe = _FakeProbe(0.0002, 0.0002, 0.0002, 0.0004, 0.0004, 0.0004, replay_ms=0.1)
+    probe = _FakeProbe(0.0002, 0.0002, 0.0002, 0.0004, 0.0004, 0.0004, replay_ms=0.05)
     timed = graphs.time_graphs([capture], [0, 0, 0, 0], probe)
     assert timed.retaken == 1
     assert timed.raw == [[0.0023] * 4]  # the first try of block one (0.0023, 0.0021) was dropped
