@@ -6,7 +6,10 @@ Side by side in one process, on the add 1M bf16 case of timer_fidelity:
   six rounds: a capture that is slow in every round is slow by itself; a round where all are slow is time;
 - private: six captures each in its own pool, deleted before the next (as graph_gap_probe.py did);
 - the output addresses each capture wrote (one address for every node, or several);
-- truth (CUPTI busy per call, host launched) before and after, and the SM clock of every round (NVML).
+- truth (CUPTI busy per call, host launched) before and after, and the SM clock of every round (NVML);
+- the cost of switching between graphs, and a replay launched on an idle device against one queued behind
+  an untimed lead replay (what the graph mechanism times since).
+All replays but the last section's queued ones are launched on an idle device.
 
     python benchmarks/gpu/graph_capture_probe.py > probe.txt
 """
@@ -63,8 +66,19 @@ def capture(x, y, pool):
     return graph, node_ptrs
 
 
+def idle_ms(graph) -> float:
+    """ms per call of one replay launched on an idle device (events around it, then a synchronize)."""
+    start = torch.cuda.Event(enable_timing=True)
+    end = torch.cuda.Event(enable_timing=True)
+    start.record()
+    graph.graph.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return float(start.elapsed_time(end)) / graph.count
+
+
 def replay_us(graph, reps=15) -> float:
-    return statistics.median(graph.time_replay() for _ in range(reps)) * 1e3
+    return statistics.median(idle_ms(graph) for _ in range(reps)) * 1e3
 
 
 def traced(graph) -> tuple[float, float, float]:
@@ -135,6 +149,7 @@ def main() -> None:
         del graph
     more(x, y, t0)
     switching(x, y)
+    queued(x, y, t0)
     t1 = truth_us(call)
     print(f"\ntruth after: {t1:.3f} us ({t1 / t0 - 1:+.1%} vs before)  ({sm_clock()})")
 
@@ -159,7 +174,7 @@ def more(x, y, t0) -> None:
     alone = replay_us(first, 30)
     others = [CapturedGraph([Call(lambda: torch.add(x, y))], COUNT, pool) for _ in range(7)]
     with_others = replay_us(first, 30)
-    cycled = statistics.median(g.time_replay() for _ in range(10) for g in [first] + others) * 1e3
+    cycled = statistics.median(idle_ms(g) for _ in range(10) for g in [first] + others) * 1e3
     again = replay_us(first, 30)
     print(f"  alone {alone:.3f} ({alone / t0 - 1:+.1%}); 7 more alive {with_others:.3f} ({with_others / t0 - 1:+.1%}); "
           f"cycled {cycled:.3f} ({cycled / t0 - 1:+.1%}); consecutive again {again:.3f} ({again / t0 - 1:+.1%})")
@@ -168,7 +183,7 @@ def more(x, y, t0) -> None:
     empty = CapturedGraph([Call(torch.cuda._sleep, (0,))], COUNT)
     pairs = []
     for _ in range(400):
-        pairs.append((first.time_replay() * 1e3, empty.time_replay() * 1e3))
+        pairs.append((idle_ms(first) * 1e3, idle_ms(empty) * 1e3))
     for b in range(8):
         chunk = pairs[b * 50:(b + 1) * 50]
         a = statistics.median(p[0] for p in chunk)
@@ -197,7 +212,7 @@ def switching(x, y) -> None:
     torch.cuda.synchronize()
 
     def series(graph, n):
-        return [graph.time_replay() * 1e3 for _ in range(n)]
+        return [idle_ms(graph) * 1e3 for _ in range(n)]
 
     print("\n== switching: us per node, replays in a row (first ones after a switch)")
     for n, empty in empties.items():
@@ -211,10 +226,25 @@ def switching(x, y) -> None:
         print(f"  empty {n}: after 8 adds, empty replays 1-4: " + " ".join(f"{med(1, i):.3f}" for i in range(4))
               + "; add replays 1-4 after them: " + " ".join(f"{med(2, i):.3f}" for i in range(4))
               + f"; add in a row (5-8): {statistics.median(v for r in rows for v in r[0][4:]):.3f}")
-        alt = [(add.time_replay() * 1e3, empty.time_replay() * 1e3) for _ in range(40)]
+        alt = [(idle_ms(add) * 1e3, idle_ms(empty) * 1e3) for _ in range(40)]
         print(f"  empty {n}: alternating one by one: add {statistics.median(a for a, _ in alt):.3f} "
               f"empty {statistics.median(e for _, e in alt):.3f}")
     log("switching done")
+
+
+def queued(x, y, t0) -> None:
+    """A replay launched on an idle device against the same replay queued behind an untimed lead replay
+    (CapturedGraph.time_replay), alternated, for the add and an empty kernel."""
+    print("\n== queued: us per call, idle-launched vs queued behind a lead replay (alternated, 40 each)")
+    for label, body in (("add", lambda: torch.add(x, y)), ("empty", lambda: torch.cuda._sleep(0))):
+        graph = CapturedGraph([Call(body)], COUNT)
+        pairs = [(idle_ms(graph) * 1e3, graph.time_replay() * 1e3) for _ in range(40)]
+        idle, lead = statistics.median(p[0] for p in pairs), statistics.median(p[1] for p in pairs)
+        rel = f" (idle {idle / t0 - 1:+.1%}, queued {lead / t0 - 1:+.1%} over truth)" if label == "add" else ""
+        spans = graph.queued_spans()
+        print(f"  {label}: idle {idle:.3f}  queued {lead:.3f}{rel}; traced queued busy "
+              f"{busy_ns(spans) / graph.count / 1e3:.3f} floor gap {floor_gap_ns(spans) / 1e3:.3f}")
+    log("queued done")
 
 
 if __name__ == "__main__":

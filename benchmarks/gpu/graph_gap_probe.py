@@ -8,6 +8,9 @@ For the add 1M bf16 and SDPA cases of timer_fidelity, side by side in one proces
 - spacer graphs: [op, sleep] x N minus [sleep] x N (the op spaced as in the truth run).
 
     python benchmarks/gpu/graph_gap_probe.py > probe.txt
+
+Its committed output predates queued replays: ``CapturedGraph.time_replay`` then launched each timed replay
+on an idle device (graph_capture_probe.py compares the two).
 """
 
 from __future__ import annotations

@@ -89,8 +89,8 @@ def test_graph_cold_without_tensor_args_falls_back_with_a_note(tensors) -> None:
 
 
 def test_graph_subtracts_idle_between_nodes_and_keeps_the_raw_time() -> None:
-    """A 2 us add: the graph's raw replay time includes the launch latency between nodes; the default
-    subtracts the latency read on the empty-kernel probe beside every sample, per kernel of the call."""
+    """A 2 us add: queued replays read the device's time for the nodes; the default also takes off the
+    floor gap of a traced queued replay per kernel, and keeps the raw median."""
     import torch
 
     from pytest_ditgate import measure
@@ -99,15 +99,12 @@ def test_graph_subtracts_idle_between_nodes_and_keeps_the_raw_time() -> None:
     sub = measure(_add, small, small, mechanism="graph")
     keep = measure(_add, small, small, mechanism="graph", graph_idle="keep")
     assert sub.extra["graph_idle"] == "subtracted" and sub.extra["activities_per_call"] == 1.0
-    latency = sub.extra["launch_latency_us"]
-    assert 0 < latency["q1"] <= latency["median"] <= latency["q3"] < 2.0
-    assert 0 <= sub.extra["floor_gap_us"] < 2.0
-    assert sub.extra["subtracted_per_call_us"]["median"] >= latency["median"] - 1e-9
-    assert sub.median_ms < sub.extra["raw_median_ms"]
-    assert "latency between graph nodes subtracted" in sub.mechanism_notes["graph"]
-    assert "us per node" in sub.mechanism_notes["graph"]
+    assert 0 <= sub.extra["floor_gap_us"] == sub.extra["subtracted_per_call_us"] < 1.0
+    assert sub.median_ms <= sub.extra["raw_median_ms"]
+    assert "queued behind an untimed lead replay" in sub.mechanism_notes["graph"]
+    assert "floor gap between graph nodes" in sub.mechanism_notes["graph"]
     assert keep.extra["graph_idle"] == "kept" and "kept (graph_idle='keep')" in keep.mechanism_notes["graph"]
-    assert sub.median_ms < keep.median_ms
+    assert abs(sub.median_ms / keep.median_ms - 1) < 0.25
 
 
 def test_sustained_cupti_regime(tensors) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import types
 
 import pytest
 
@@ -59,85 +58,52 @@ def test_graph_floor_gap_is_the_smallest_and_overlap_means_nothing_to_subtract()
 
 
 class _FakeCapture(graphs.CapturedGraph):
-    """A capture without CUDA whose replays read ``replay_ms`` per call, one value after another."""
+    """A capture without CUDA: queued replays read ``replay_ms`` per call one after another, and a traced
+    queued replay shows ``spans``."""
 
-    def __init__(self, *replay_ms: float, floor_ms: float = 0.0, activities: float = 0.0) -> None:
-        self.floor_ms, self.activities_per_call, self.count = floor_ms, activities, 100
-        self.readings = iter(replay_ms)
-        self.graph = types.SimpleNamespace(replay=lambda: None)
+    def __init__(self, *replay_ms: float, spans: list[tuple[int, int]] | None = None) -> None:
+        self.floor_ms, self.activities_per_call, self.count = 0.0, 0.0, 3
+        self.readings, self.spans = iter(replay_ms), spans or []
 
     def time_replay(self) -> float:
         return next(self.readings)
 
-
-class _FakeProbe(graphs.LatencyProbe):
-    """A latency probe whose readings (ms per node) come from a list: the device's latency changing."""
-
-    def __init__(self, *latency_ms: float, replay_ms: float = 0.0) -> None:
-        self.readings = iter(latency_ms)
-        self.capture = types.SimpleNamespace(count=1)
-        self.kernel_ms = replay_ms  # one probe replay lasts count x kernel_ms
-
-    def read_ms(self) -> float:
-        return next(self.readings)
+    def queued_spans(self) -> list[tuple[int, int]]:
+        return self.spans
 
 
-def test_graph_samples_lose_the_latency_read_beside_them_per_device_activity(monkeypatch) -> None:
-    """The device's launch latency jumps between samples (0.1 -> 0.3 us per node); each sample loses the
-    mean of the probe readings before and after it, times its activities per call; a floor gap larger
-    than the latency (gaps around a memset node) wins."""
-    torch = pytest.importorskip("torch")
-
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)  # the fake replays launch nothing
-    # the first reading of each capture sizes the blocks (a cheap probe: one sample per block)
-    steady = _FakeCapture(0.01, 0.0104, 0.0108, 0.0108, activities=2.0)
-    memset = _FakeCapture(0.03, 0.0300, 0.0300, 0.0300, floor_ms=0.0008, activities=2.0)
-    # three readings before the first block (their median), then one after each block; the latency creeps
-    # up by less than 0.05 us a block, a change small enough to count as settled
-    probe = _FakeProbe(0.0001, 0.0001, 0.0001, 0.0001, 0.0001, 0.00014, 0.00018, 0.0002, 0.0002)
-    timed = graphs.time_graphs([steady, memset], [0, 1, 0, 1, 0, 1], probe)
-    assert timed.retaken == 0
-    assert timed.raw == [[0.0104, 0.0108, 0.0108], [0.03, 0.03, 0.03]]
-    assert timed.latency[0] == pytest.approx([0.0001, 0.00012, 0.00019])
-    assert timed.samples[0] == pytest.approx([0.0102, 0.01056, 0.01042])
-    assert timed.samples[1] == pytest.approx([0.0284] * 3)  # floor 0.8 us > latency: 2 x 0.8 us lost
-    record = runner._gap_record(timed, 0, steady)
-    assert record["graph_idle"] == "subtracted" and record["raw_median_ms"] == 0.0108
-    assert record["activities_per_call"] == 2.0 and record["retaken_blocks"] == 0
-    assert record["subtracted_per_call_us"]["median"] == pytest.approx(0.24)
-    assert record["launch_latency_us"]["median"] == pytest.approx(0.12)
+def test_graph_samples_lose_the_floor_gap_of_a_traced_queued_replay_per_device_activity() -> None:
+    """Two activities per call (a memset and a kernel); the smallest gap between them in the traced queued
+    replay (0.8 us) is idle the device spends between nodes, taken off twice per call."""
+    spans = [(0, 1000), (1800, 5000), (6000, 7000), (8000, 11000), (11900, 13000), (14000, 17000)]
+    memset = _FakeCapture(*(0.03,) * 3, 0.0300, 0.0302, 0.0300, spans=spans)
+    plain = _FakeCapture(*(0.01,) * 3, 0.0100, 0.0101, 0.0102)
+    assert "up to 1.600 us per call" in runner._floor_gaps([memset])
+    samples, raw = graphs.time_graphs([memset, plain], [0, 1, 1, 0, 0, 1], subtract=True)
+    assert raw == [[0.03, 0.0302, 0.03], [0.01, 0.0101, 0.0102]]
+    assert samples[0] == pytest.approx([0.0284, 0.0286, 0.0284])
+    assert samples[1] == raw[1]  # floor not measured: nothing to take off
+    record = runner._gap_record(raw[0], memset)
+    assert record == {"graph_idle": "subtracted", "raw_median_ms": 0.03, "activities_per_call": 2.0,
+                      "floor_gap_us": pytest.approx(0.8), "subtracted_per_call_us": pytest.approx(1.6)}
 
 
-def test_a_graph_block_during_which_the_latency_changed_is_retaken(monkeypatch) -> None:
-    """The latency jumps from 0.2 to 0.4 us per node during the first block: its samples cannot be
-    corrected, so the block is replayed again and the retake is kept; blocks hold several samples when
-    the probe is long next to a replay (here 2 samples: a reading of two 0.05 ms probe replays, a 1 ms
-    replay, share 5 %)."""
-    torch = pytest.importorskip("torch")
+def test_graph_idle_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -> None:
+    capture = _FakeCapture(*(0.001,) * 3, 0.001, 0.003)
 
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    capture = _FakeCapture(0.01, 0.0023, 0.0021, 0.0023, 0.0023, 0.0023, 0.0023, activities=1.0)
-    probe = _FakeProbe(0.0002, 0.0002, 0.0002, 0.0004, 0.0004, 0.0004, replay_ms=0.05)
-    timed = graphs.time_graphs([capture], [0, 0, 0, 0], probe)
-    assert timed.retaken == 1
-    assert timed.raw == [[0.0023] * 4]  # the first try of block one (0.0023, 0.0021) was dropped
-    assert timed.samples[0] == pytest.approx([0.0019] * 4)
-    assert graphs.settled(0.0002, 0.00024) and not graphs.settled(0.0002, 0.0004)
-
-
-def test_graph_launch_latency_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -> None:
-    torch = pytest.importorskip("torch")
-
-    def busy(captures):
+    def busy() -> list:
         raise TimingError("profiler unavailable: RuntimeError: already profiling")
 
-    monkeypatch.setattr(graphs, "measure_floor_gaps", busy)
-    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
-    probe, note = runner._latency_probe([_FakeCapture()])
-    assert probe is None and "not subtracted (profiler unavailable" in note
-    timed = graphs.time_graphs([_FakeCapture(0.001, 0.003)], [0, 0], probe)  # no probe: no sizing replay
-    assert timed.samples == timed.raw == [[0.001, 0.003]]
-    assert runner._gap_record(timed, 0, _FakeCapture()) == {"graph_idle": "kept", "raw_median_ms": 0.002}
+    monkeypatch.setattr(capture, "queued_spans", busy)
+    assert "not subtracted (profiler unavailable" in runner._floor_gaps([capture])
+    samples, raw = graphs.time_graphs([capture], [0, 0], subtract=True)
+    assert samples == raw == [[0.001, 0.003]]
+    assert runner._gap_record(raw[0], capture) == {"graph_idle": "kept", "raw_median_ms": 0.002}
+
+
+def test_too_few_traced_activities_for_the_calls_is_a_timing_error() -> None:
+    with pytest.raises(TimingError, match="recorded 1 device activities for 3 calls"):
+        graphs.measure_floor_gaps([_FakeCapture(spans=[(0, 10)])])
 
 
 def test_spans_are_grouped_by_call_range_and_union_counts_busy_time() -> None:

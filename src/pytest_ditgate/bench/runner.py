@@ -36,11 +36,11 @@ GRAPH_IDLE_MODES = ("subtract", "keep")
 DESCRIPTIONS = {
     "cupti": "kernel activity from the CUDA profiler: time the device was busy with each call (union of its "
              "kernel, memcpy and memset intervals), no host launch overhead",
-    "graph": "calls captured in one CUDA graph, each replay timed with CUDA events and divided by the count: "
-             "back-to-back kernels, no launch overhead",
-    "graph_idle": "launch latency between graph nodes subtracted per device activity of a call (read beside "
-                  "every sample on a graph of empty kernels, or the call's floor gap in a traced replay where "
-                  "larger)",
+    "graph": "calls captured in one CUDA graph, each replay queued behind an untimed lead replay (the device "
+             "never waits for the host), timed with CUDA events and divided by the count: back-to-back "
+             "kernels, no launch overhead",
+    "graph_idle": "floor gap between graph nodes (from a traced queued replay) subtracted per device activity "
+                  "of a call",
     "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
               "few microseconds read several times too slow",
     "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
@@ -182,13 +182,13 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     if mechanism == "graph":
         variant_sets = [_rotations(c, device.l2_bytes) if cold else [c] for c in calls]
         captures = graphs.capture_graphs(variant_sets)
-        replay_ms = sum(g.count * g.time_replay() for g in captures)
+        replay_ms = sum(2 * g.count * g.time_replay() for g in captures)  # a lead and a timed replay
         rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
-        probe, idle_note = None, "launch latency between graph nodes kept (graph_idle='keep')"
+        idle_note = "idle between graph nodes kept (graph_idle='keep')"
         if options.graph_idle == "subtract":
-            probe, idle_note = _latency_probe(captures)
-        timed = graphs.time_graphs(captures, _schedule(len(calls), rounds), probe)
-        samples = timed.samples
+            idle_note = _floor_gaps(captures)
+        samples, raw = graphs.time_graphs(captures, _schedule(len(calls), rounds),
+                                          subtract=options.graph_idle == "subtract")
         counts = [g.count for g in captures]
         note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay"
         extra: dict[str, Any] = {"calls_per_replay": counts[0]}
@@ -196,10 +196,7 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
             note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
                      f"{l2mod.L2_FACTOR}x L2")
             extra["rotated_copies"] = len(variant_sets[0])
-        extras = [dict(extra, **_gap_record(timed, i, c)) for i, c in enumerate(captures)]
-        if probe is not None:
-            idle_note += (f": median {statistics.median(v for row in timed.latency for v in row) * 1e3:.3f} us per "
-                          f"node, {timed.retaken} block(s) retaken after the latency changed")
+        extras = [dict(extra, **_gap_record(r, c)) for r, c in zip(raw, captures)]
         return _Run(mechanism, regime, samples, counts, note + "; " + idle_note, extras)
     rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
     order = _schedule(len(calls), rounds)
@@ -221,28 +218,23 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     return _Run(mechanism, regime, list(samples), [1] * len(calls), note, extras)
 
 
-def _latency_probe(captures: Sequence[Any]) -> tuple[Any, str]:
-    """The latency probe (after measuring each capture's floor gap), or None and why nothing is subtracted."""
+def _floor_gaps(captures: Sequence[Any]) -> str:
+    """Measure each capture's floor gap (to be subtracted); the note says what was done or why not."""
     try:
-        return graphs.measure_floor_gaps(captures), DESCRIPTIONS["graph_idle"]
+        graphs.measure_floor_gaps(captures)
     except TimingError as exc:
-        return None, f"launch latency between graph nodes not subtracted ({exc})"
+        return f"idle between graph nodes not subtracted ({exc})"
+    most = max(c.floor_ms * c.activities_per_call for c in captures)
+    return DESCRIPTIONS["graph_idle"] + f": up to {most * 1e3:.3f} us per call"
 
 
-def _gap_record(timed: Any, index: int, capture: Any) -> dict[str, Any]:
+def _gap_record(raw: list[float], capture: Any) -> dict[str, Any]:
     """What was subtracted from one call's graph samples, and the raw median (for ``extra``)."""
-    raw = statistics.median(timed.raw[index])
-    if not timed.subtracted or not timed.subtracted[index]:
-        return {"graph_idle": "kept", "raw_median_ms": raw}
-    return {"graph_idle": "subtracted", "raw_median_ms": raw, "activities_per_call": capture.activities_per_call,
-            "floor_gap_us": capture.floor_ms * 1e3, "retaken_blocks": timed.retaken,
-            "launch_latency_us": _quartiles(timed.latency[index], 1e3),
-            "subtracted_per_call_us": _quartiles(timed.subtracted[index], 1e3)}
-
-
-def _quartiles(values: Sequence[float], scale: float) -> dict[str, float]:
-    low, mid, high = statistics.quantiles(values, n=4) if len(values) > 1 else (values[0],) * 3
-    return {"q1": low * scale, "median": mid * scale, "q3": high * scale}
+    if not capture.activities_per_call:
+        return {"graph_idle": "kept", "raw_median_ms": statistics.median(raw)}
+    return {"graph_idle": "subtracted", "raw_median_ms": statistics.median(raw),
+            "activities_per_call": capture.activities_per_call, "floor_gap_us": capture.floor_ms * 1e3,
+            "subtracted_per_call_us": capture.floor_ms * capture.activities_per_call * 1e3}
 
 
 def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
