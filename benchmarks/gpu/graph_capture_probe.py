@@ -150,6 +150,7 @@ def main() -> None:
     more(x, y, t0)
     switching(x, y)
     queued(x, y, t0)
+    after_profiler(x, y, t0)
     t1 = truth_us(call)
     print(f"\ntruth after: {t1:.3f} us ({t1 / t0 - 1:+.1%} vs before)  ({sm_clock()})")
 
@@ -245,6 +246,25 @@ def queued(x, y, t0) -> None:
         print(f"  {label}: idle {idle:.3f}  queued {lead:.3f}{rel}; traced queued busy "
               f"{busy_ns(spans) / graph.count / 1e3:.3f} floor gap {floor_gap_ns(spans) / 1e3:.3f}")
     log("queued done")
+
+
+def after_profiler(x, y, t0) -> None:
+    """Queued replays of the add before a profiler session and in 0.25 s windows after it."""
+    import time
+
+    graph = CapturedGraph([Call(lambda: torch.add(x, y))], COUNT)
+    base = statistics.median(graph.time_replay() * 1e3 for _ in range(40))
+    profiled(graph.graph.replay)
+    start, rows = time.perf_counter(), []
+    while time.perf_counter() - start < 3.0:
+        rows.append((time.perf_counter() - start, graph.time_replay() * 1e3))
+    print(f"\n== after a profiler session: queued add us per call (before: {base:.3f}, {base / t0 - 1:+.1%})")
+    for w in range(12):
+        values = [v for t, v in rows if w * 0.25 <= t < (w + 1) * 0.25]
+        if values:
+            m = statistics.median(values)
+            print(f"  {w * 0.25:4.2f}-{(w + 1) * 0.25:4.2f} s: {m:.3f} ({m / t0 - 1:+.1%}), {len(values)} replays")
+    log("after profiler done")
 
 
 if __name__ == "__main__":

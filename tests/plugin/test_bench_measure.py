@@ -79,7 +79,8 @@ def test_graph_samples_lose_the_floor_gap_of_a_traced_queued_replay_per_device_a
     memset = _FakeCapture(*(0.03,) * 3, 0.0300, 0.0302, 0.0300, spans=spans)
     plain = _FakeCapture(*(0.01,) * 3, 0.0100, 0.0101, 0.0102)
     assert "up to 1.600 us per call" in runner._floor_gaps([memset])
-    samples, raw = graphs.time_graphs([memset, plain], [0, 1, 1, 0, 0, 1], subtract=True)
+    raw = graphs.time_graphs([memset, plain], [0, 1, 1, 0, 0, 1])
+    samples = graphs.without_floor_gaps([memset, plain], raw)
     assert raw == [[0.03, 0.0302, 0.03], [0.01, 0.0101, 0.0102]]
     assert samples[0] == pytest.approx([0.0284, 0.0286, 0.0284])
     assert samples[1] == raw[1]  # floor not measured: nothing to take off
@@ -96,8 +97,8 @@ def test_graph_idle_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -
 
     monkeypatch.setattr(capture, "queued_spans", busy)
     assert "not subtracted (profiler unavailable" in runner._floor_gaps([capture])
-    samples, raw = graphs.time_graphs([capture], [0, 0], subtract=True)
-    assert samples == raw == [[0.001, 0.003]]
+    raw = graphs.time_graphs([capture], [0, 0])
+    assert graphs.without_floor_gaps([capture], raw) == raw == [[0.001, 0.003]]
     assert runner._gap_record(raw[0], capture) == {"graph_idle": "kept", "raw_median_ms": 0.002}
 
 

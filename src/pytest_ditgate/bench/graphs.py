@@ -6,9 +6,10 @@ every graph alike), while the same replay queued behind another one read within 
 time (benchmarks/gpu/graph_capture_probe.py, timer_fidelity). Launched on an idle device the nodes run as
 the host's launch reaches the device; queued, the whole replay is on the device before it starts. So every
 timed replay is queued behind an untimed *lead* replay of the same graph: the sample is the device's time
-for the nodes back to back. Where the profiler works, a traced queued replay gives the floor gap between
-nodes (idle the device spends between dependent nodes however they are launched) and the device
-activities per call; ``graph_idle="subtract"`` takes that floor off per activity.
+for the nodes back to back. Where the profiler works, a traced queued replay *after* the samples (replays
+right after a profiler session read up to 10 % fast) gives the floor gap between nodes (idle the device
+spends between dependent nodes however they are launched) and the device activities per call;
+``graph_idle="subtract"`` takes that floor off per activity.
 """
 
 from __future__ import annotations
@@ -117,18 +118,17 @@ def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:
     return max(0, min(gaps)) if gaps else 0
 
 
-def time_graphs(captures: Sequence[CapturedGraph], order: Sequence[int],
-                subtract: bool) -> tuple[list[list[float]], list[list[float]]]:
-    """One queued replay per schedule entry after a few warm-up replays of every capture; returns
-    (samples, raw samples) in ms per call, samples less the floor gap per activity when ``subtract``."""
+def time_graphs(captures: Sequence[CapturedGraph], order: Sequence[int]) -> list[list[float]]:
+    """One queued replay per schedule entry after a few warm-up replays of every capture (ms per call)."""
     for capture in captures:
         for _ in range(3):
             capture.time_replay()
-    samples: list[list[float]] = [[] for _ in captures]
     raw: list[list[float]] = [[] for _ in captures]
     for index in order:
-        capture = captures[index]
-        value = capture.time_replay()
-        raw[index].append(value)
-        samples[index].append(value - capture.floor_ms * capture.activities_per_call if subtract else value)
-    return samples, raw
+        raw[index].append(captures[index].time_replay())
+    return raw
+
+
+def without_floor_gaps(captures: Sequence[CapturedGraph], raw: Sequence[Sequence[float]]) -> list[list[float]]:
+    """Raw samples less each capture's floor gap per device activity (nothing where it was not measured)."""
+    return [[v - c.floor_ms * c.activities_per_call for v in r] for c, r in zip(captures, raw)]

@@ -184,11 +184,11 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
         captures = graphs.capture_graphs(variant_sets)
         replay_ms = sum(2 * g.count * g.time_replay() for g in captures)  # a lead and a timed replay
         rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
+        raw = graphs.time_graphs(captures, _schedule(len(calls), rounds))
         idle_note = "idle between graph nodes kept (graph_idle='keep')"
-        if options.graph_idle == "subtract":
+        if options.graph_idle == "subtract":  # traced after the samples: replays right after it read fast
             idle_note = _floor_gaps(captures)
-        samples, raw = graphs.time_graphs(captures, _schedule(len(calls), rounds),
-                                          subtract=options.graph_idle == "subtract")
+        samples = graphs.without_floor_gaps(captures, raw)
         counts = [g.count for g in captures]
         note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay"
         extra: dict[str, Any] = {"calls_per_replay": counts[0]}
