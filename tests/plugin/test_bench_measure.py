@@ -72,21 +72,23 @@ class _FakeCapture(graphs.CapturedGraph):
         return self.spans
 
 
-def test_graph_samples_lose_the_floor_gap_of_a_traced_queued_replay_per_device_activity() -> None:
-    """Two activities per call (a memset and a kernel); the smallest gap between them in the traced queued
-    replay (0.8 us) is idle the device spends between nodes, taken off twice per call."""
+def test_graph_samples_take_the_captures_in_turn_and_lose_their_floor_gap_per_activity() -> None:
+    """Two activities per call (a memset and a kernel); the smallest gap between them in a capture's traced
+    queued replay (0.8 us in one capture, 0.5 us in the other) is taken off twice per call of its samples."""
     spans = [(0, 1000), (1800, 5000), (6000, 7000), (8000, 11000), (11900, 13000), (14000, 17000)]
-    memset = _FakeCapture(*(0.03,) * 3, 0.0300, 0.0302, 0.0300, spans=spans)
+    first = _FakeCapture(*(0.03,) * 3, 0.0300, 0.0300, spans=spans)
+    second = _FakeCapture(*(0.03,) * 3, 0.0302, spans=[(0, 1000), (1500, 5000)] + spans[2:])
     plain = _FakeCapture(*(0.01,) * 3, 0.0100, 0.0101, 0.0102)
-    assert "up to 1.600 us per call" in runner._floor_gaps([memset])
-    raw = graphs.time_graphs([memset, plain], [0, 1, 1, 0, 0, 1])
-    samples = graphs.without_floor_gaps([memset, plain], raw)
-    assert raw == [[0.03, 0.0302, 0.03], [0.01, 0.0101, 0.0102]]
-    assert samples[0] == pytest.approx([0.0284, 0.0286, 0.0284])
+    memset_set, plain_set = graphs.GraphSet([first, second]), graphs.GraphSet([plain])
+    assert "up to 1.600 us per call" in runner._floor_gaps([first, second])
+    raw, used = graphs.time_graphs([memset_set, plain_set], [0, 1, 1, 0, 0, 1])
+    assert raw == [[0.03, 0.0302, 0.03], [0.01, 0.0101, 0.0102]] and used == [[0, 1, 0], [0, 0, 0]]
+    samples = graphs.without_floor_gaps([memset_set, plain_set], raw, used)
+    assert samples[0] == pytest.approx([0.0284, 0.0292, 0.0284])
     assert samples[1] == raw[1]  # floor not measured: nothing to take off
-    record = runner._gap_record(raw[0], memset)
+    record = runner._gap_record(raw[0], memset_set)
     assert record == {"graph_idle": "subtracted", "raw_median_ms": 0.03, "activities_per_call": 2.0,
-                      "floor_gap_us": pytest.approx(0.8), "subtracted_per_call_us": pytest.approx(1.6)}
+                      "floor_gap_us": pytest.approx([0.8, 0.5]), "subtracted_per_call_us": pytest.approx([1.6, 1.0])}
 
 
 def test_graph_idle_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -> None:
@@ -97,9 +99,10 @@ def test_graph_idle_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -
 
     monkeypatch.setattr(capture, "queued_spans", busy)
     assert "not subtracted (profiler unavailable" in runner._floor_gaps([capture])
-    raw = graphs.time_graphs([capture], [0, 0])
-    assert graphs.without_floor_gaps([capture], raw) == raw == [[0.001, 0.003]]
-    assert runner._gap_record(raw[0], capture) == {"graph_idle": "kept", "raw_median_ms": 0.002}
+    sets = [graphs.GraphSet([capture])]
+    raw, used = graphs.time_graphs(sets, [0, 0])
+    assert graphs.without_floor_gaps(sets, raw, used) == raw == [[0.001, 0.003]]
+    assert runner._gap_record(raw[0], sets[0]) == {"graph_idle": "kept", "raw_median_ms": 0.002}
 
 
 def test_too_few_traced_activities_for_the_calls_is_a_timing_error() -> None:

@@ -6,7 +6,8 @@ every graph alike), while the same replay queued behind another one read within 
 time (benchmarks/gpu/graph_capture_probe.py, timer_fidelity). Launched on an idle device the nodes run as
 the host's launch reaches the device; queued, the whole replay is on the device before it starts. So every
 timed replay is queued behind an untimed *lead* replay of the same graph: the sample is the device's time
-for the nodes back to back. Where the profiler works, a traced queued replay *after* the samples (replays
+for the nodes back to back. Where a capture places its outputs still moved that add by up to 11 %, so each
+call is captured GRAPH_CAPTURES times and the samples take the captures in turn. Where the profiler works, a traced queued replay *after* the samples (replays
 right after a profiler session read up to 10 % fast) gives the floor gap between nodes (idle the device
 spends between dependent nodes however they are launched) and the device activities per call;
 ``graph_idle="subtract"`` takes that floor off per activity.
@@ -22,6 +23,23 @@ from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device
 #: a graph replay is sized to last about this long, so the fixed cost of a replay stays below 0.5 %
 GRAPH_REPLAY_MS = 5.0
 GRAPH_MAX_CALLS = 10_000
+#: captures per call, sampled in turn: where a capture places its outputs moved a 2 us add by up to 11 %
+#: (queued replays on an H200), so one capture per side made A vs A pairs differ "significantly"
+GRAPH_CAPTURES = 3
+
+
+class GraphSet:
+    """The captures of one call (same count, one shared pool); sample ``k`` replays capture ``k % len``."""
+
+    def __init__(self, captures: Sequence[CapturedGraph]) -> None:
+        self.captures = list(captures)
+        self.count = self.captures[0].count
+        self.taken = 0
+
+    def next_capture(self) -> tuple[int, CapturedGraph]:
+        position = self.taken % len(self.captures)
+        self.taken += 1
+        return position, self.captures[position]
 
 
 class CapturedGraph:
@@ -89,9 +107,9 @@ def probe_per_call_ms(variants: Sequence[Call]) -> float:
 
 
 def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float = GRAPH_REPLAY_MS,
-                   max_calls: int = GRAPH_MAX_CALLS) -> list[CapturedGraph]:
-    """One graph per variant set, all with the same call count (sized so the slowest replay lasts about
-    ``replay_ms``, at least one pass over every variant) in one shared memory pool."""
+                   max_calls: int = GRAPH_MAX_CALLS, captures: int = GRAPH_CAPTURES) -> list[GraphSet]:
+    """``captures`` graphs per variant set, all with the same call count (sized so the slowest replay lasts
+    about ``replay_ms``, at least one pass over every variant) in one shared memory pool."""
     import torch
 
     per_call = max(probe_per_call_ms(v) for v in variant_sets)
@@ -99,7 +117,7 @@ def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float =
     count = max(most, min(math.ceil(replay_ms / max(per_call, 1e-6)), max_calls))
     count = math.ceil(count / most) * most
     pool = torch.cuda.graph_pool_handle()
-    return [CapturedGraph(v, count, pool) for v in variant_sets]
+    return [GraphSet([CapturedGraph(v, count, pool) for _ in range(captures)]) for v in variant_sets]
 
 
 def measure_floor_gaps(captures: Sequence[CapturedGraph]) -> None:
@@ -118,17 +136,24 @@ def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:
     return max(0, min(gaps)) if gaps else 0
 
 
-def time_graphs(captures: Sequence[CapturedGraph], order: Sequence[int]) -> list[list[float]]:
-    """One queued replay per schedule entry after a few warm-up replays of every capture (ms per call)."""
-    for capture in captures:
-        for _ in range(3):
-            capture.time_replay()
-    raw: list[list[float]] = [[] for _ in captures]
+def time_graphs(sets: Sequence[GraphSet], order: Sequence[int]) -> tuple[list[list[float]], list[list[int]]]:
+    """One queued replay per schedule entry, each call's captures in turn, after a few warm-up replays of
+    every capture; returns (raw samples in ms per call, the capture each sample replayed)."""
+    for graph_set in sets:
+        for capture in graph_set.captures:
+            for _ in range(3):
+                capture.time_replay()
+    raw: list[list[float]] = [[] for _ in sets]
+    used: list[list[int]] = [[] for _ in sets]
     for index in order:
-        raw[index].append(captures[index].time_replay())
-    return raw
+        position, capture = sets[index].next_capture()
+        raw[index].append(capture.time_replay())
+        used[index].append(position)
+    return raw, used
 
 
-def without_floor_gaps(captures: Sequence[CapturedGraph], raw: Sequence[Sequence[float]]) -> list[list[float]]:
-    """Raw samples less each capture's floor gap per device activity (nothing where it was not measured)."""
-    return [[v - c.floor_ms * c.activities_per_call for v in r] for c, r in zip(captures, raw)]
+def without_floor_gaps(sets: Sequence[GraphSet], raw: Sequence[Sequence[float]],
+                       used: Sequence[Sequence[int]]) -> list[list[float]]:
+    """Raw samples less their capture's floor gap per device activity (nothing where it was not measured)."""
+    return [[v - s.captures[k].floor_ms * s.captures[k].activities_per_call for v, k in zip(r, u)]
+            for s, r, u in zip(sets, raw, used)]

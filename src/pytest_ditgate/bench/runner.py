@@ -181,22 +181,22 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     per_call = max(estimates)
     if mechanism == "graph":
         variant_sets = [_rotations(c, device.l2_bytes) if cold else [c] for c in calls]
-        captures = graphs.capture_graphs(variant_sets)
-        replay_ms = sum(2 * g.count * g.time_replay() for g in captures)  # a lead and a timed replay
+        sets = graphs.capture_graphs(variant_sets)
+        replay_ms = sum(2 * s.count * s.captures[0].time_replay() for s in sets)  # a lead and a timed replay
         rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
-        raw = graphs.time_graphs(captures, _schedule(len(calls), rounds))
+        raw, used = graphs.time_graphs(sets, _schedule(len(calls), rounds))
         idle_note = "idle between graph nodes kept (graph_idle='keep')"
-        if options.graph_idle == "subtract":  # traced after the samples: replays right after it read fast
-            idle_note = _floor_gaps(captures)
-        samples = graphs.without_floor_gaps(captures, raw)
-        counts = [g.count for g in captures]
-        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay"
-        extra: dict[str, Any] = {"calls_per_replay": counts[0]}
+        if options.graph_idle == "subtract":  # traced after the samples, so no sample follows a profiler session
+            idle_note = _floor_gaps([c for s in sets for c in s.captures])
+        samples = graphs.without_floor_gaps(sets, raw, used)
+        counts = [s.count for s in sets]
+        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay, {len(sets[0].captures)} captures in turn"
+        extra: dict[str, Any] = {"calls_per_replay": counts[0], "captures": len(sets[0].captures)}
         if cold:
             note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
                      f"{l2mod.L2_FACTOR}x L2")
             extra["rotated_copies"] = len(variant_sets[0])
-        extras = [dict(extra, **_gap_record(r, c)) for r, c in zip(raw, captures)]
+        extras = [dict(extra, **_gap_record(r, s)) for r, s in zip(raw, sets)]
         return _Run(mechanism, regime, samples, counts, note + "; " + idle_note, extras)
     rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
     order = _schedule(len(calls), rounds)
@@ -228,13 +228,15 @@ def _floor_gaps(captures: Sequence[Any]) -> str:
     return DESCRIPTIONS["graph_idle"] + f": up to {most * 1e3:.3f} us per call"
 
 
-def _gap_record(raw: list[float], capture: Any) -> dict[str, Any]:
-    """What was subtracted from one call's graph samples, and the raw median (for ``extra``)."""
-    if not capture.activities_per_call:
+def _gap_record(raw: list[float], graph_set: Any) -> dict[str, Any]:
+    """What was subtracted from one call's graph samples (per capture), and the raw median (for ``extra``)."""
+    captures = graph_set.captures
+    if not any(c.activities_per_call for c in captures):
         return {"graph_idle": "kept", "raw_median_ms": statistics.median(raw)}
     return {"graph_idle": "subtracted", "raw_median_ms": statistics.median(raw),
-            "activities_per_call": capture.activities_per_call, "floor_gap_us": capture.floor_ms * 1e3,
-            "subtracted_per_call_us": capture.floor_ms * capture.activities_per_call * 1e3}
+            "activities_per_call": captures[0].activities_per_call,
+            "floor_gap_us": [c.floor_ms * 1e3 for c in captures],
+            "subtracted_per_call_us": [c.floor_ms * c.activities_per_call * 1e3 for c in captures]}
 
 
 def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
