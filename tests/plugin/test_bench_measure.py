@@ -72,15 +72,17 @@ class _FakeCapture(graphs.CapturedGraph):
         return self.spans
 
 
-def test_graph_samples_take_the_captures_in_turn_and_lose_their_floor_gap_per_activity() -> None:
+def test_graph_samples_take_the_captures_in_turn_and_lose_their_floor_gap_per_activity(monkeypatch) -> None:
     """Two activities per call (a memset and a kernel); the smallest gap between them in a capture's traced
-    queued replay (0.8 us in one capture, 0.5 us in the other) is taken off twice per call of its samples."""
-    spans = [(0, 1000), (1800, 5000), (6000, 7000), (8000, 11000), (11900, 13000), (14000, 17000)]
+    queued replay (1.0 us in one capture, 0.7 us in the other) less the 0.2 us that tracing alone puts
+    between nodes is taken off twice per call of its samples."""
+    monkeypatch.setattr(graphs, "tracing_floor_ms", lambda: 0.0002)
+    spans = [(0, 1000), (2000, 5000), (6200, 7000), (8200, 11000), (12100, 13000), (14200, 17000)]
     first = _FakeCapture(*(0.03,) * 3, 0.0300, 0.0300, spans=spans)
-    second = _FakeCapture(*(0.03,) * 3, 0.0302, spans=[(0, 1000), (1500, 5000)] + spans[2:])
+    second = _FakeCapture(*(0.03,) * 3, 0.0302, spans=[(0, 1000), (1700, 5000)] + spans[2:])
     plain = _FakeCapture(*(0.01,) * 3, 0.0100, 0.0101, 0.0102)
     memset_set, plain_set = graphs.GraphSet([first, second]), graphs.GraphSet([plain])
-    assert "up to 1.600 us per call" in runner._floor_gaps([first, second])
+    assert "tracing floor 0.200 us, up to 1.600 us per call" in runner._floor_gaps([first, second])
     raw, used = graphs.time_graphs([memset_set, plain_set], [0, 1, 1, 0, 0, 1])
     assert raw == [[0.03, 0.0302, 0.03], [0.01, 0.0101, 0.0102]] and used == [[0, 1, 0], [0, 0, 0]]
     samples = graphs.without_floor_gaps([memset_set, plain_set], raw, used)
@@ -97,7 +99,7 @@ def test_graph_idle_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -
     def busy() -> list:
         raise TimingError("profiler unavailable: RuntimeError: already profiling")
 
-    monkeypatch.setattr(capture, "queued_spans", busy)
+    monkeypatch.setattr(graphs, "tracing_floor_ms", busy)
     assert "not subtracted (profiler unavailable" in runner._floor_gaps([capture])
     sets = [graphs.GraphSet([capture])]
     raw, used = graphs.time_graphs(sets, [0, 0])
@@ -105,7 +107,8 @@ def test_graph_idle_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -
     assert runner._gap_record(raw[0], sets[0]) == {"graph_idle": "kept", "raw_median_ms": 0.002}
 
 
-def test_too_few_traced_activities_for_the_calls_is_a_timing_error() -> None:
+def test_too_few_traced_activities_for_the_calls_is_a_timing_error(monkeypatch) -> None:
+    monkeypatch.setattr(graphs, "tracing_floor_ms", lambda: 0.0)
     with pytest.raises(TimingError, match="recorded 1 device activities for 3 calls"):
         graphs.measure_floor_gaps([_FakeCapture(spans=[(0, 10)])])
 

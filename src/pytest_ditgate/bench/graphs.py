@@ -26,6 +26,9 @@ GRAPH_MAX_CALLS = 10_000
 #: captures per call, sampled in turn: where a capture places its outputs moved a 2 us add by up to 11 %
 #: (queued replays on an H200), so one capture per side made A vs A pairs differ "significantly"
 GRAPH_CAPTURES = 3
+#: empty-kernel nodes of the graph that measures the floor gap tracing itself adds
+TRACING_NODES = 200
+_tracing_floor_ms: dict[int, float] = {}
 
 
 class GraphSet:
@@ -120,14 +123,33 @@ def capture_graphs(variant_sets: Sequence[Sequence[Call]], *, replay_ms: float =
     return [GraphSet([CapturedGraph(v, count, pool) for _ in range(captures)]) for v in variant_sets]
 
 
-def measure_floor_gaps(captures: Sequence[CapturedGraph]) -> None:
-    """Set ``floor_ms`` and ``activities_per_call`` of every capture from a traced queued replay
-    (TimingError when the profiler cannot trace)."""
+def tracing_floor_ms() -> float:
+    """The floor gap that tracing alone puts between graph nodes on the current device, once per process:
+    from a traced queued replay of TRACING_NODES empty kernels (0.13-0.19 us on an H200, where an untraced
+    queued 2 us add ran 0.1 us per call faster than its traced busy time plus that gap)."""
+    import torch
+
+    device = torch.cuda.current_device()
+    if device not in _tracing_floor_ms:
+        try:
+            empty = CapturedGraph([Call(torch.cuda._sleep, (0,))], TRACING_NODES)
+        except (AttributeError, RuntimeError) as exc:  # no torch.cuda._sleep in this torch
+            raise TimingError(f"tracing floor calibration failed: {type(exc).__name__}: {exc}") from exc
+        _tracing_floor_ms[device] = floor_gap_ns(empty.queued_spans()) / 1e6
+    return _tracing_floor_ms[device]
+
+
+def measure_floor_gaps(captures: Sequence[CapturedGraph]) -> float:
+    """Set ``floor_ms`` (floor gap of a traced queued replay beyond the tracing floor) and
+    ``activities_per_call`` of every capture; returns the tracing floor (TimingError: no profiler)."""
+    baseline = tracing_floor_ms()
     for capture in captures:
         spans = capture.queued_spans()
         if len(spans) < capture.count:
             raise TimingError(f"the profiler recorded {len(spans)} device activities for {capture.count} calls")
-        capture.floor_ms, capture.activities_per_call = floor_gap_ns(spans) / 1e6, len(spans) / capture.count
+        capture.floor_ms = max(0.0, floor_gap_ns(spans) / 1e6 - baseline)
+        capture.activities_per_call = len(spans) / capture.count
+    return baseline
 
 
 def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:

@@ -39,8 +39,8 @@ DESCRIPTIONS = {
     "graph": "calls captured in one CUDA graph, each replay queued behind an untimed lead replay (the device "
              "never waits for the host), timed with CUDA events and divided by the count: back-to-back "
              "kernels, no launch overhead",
-    "graph_idle": "floor gap between graph nodes (from a traced queued replay) subtracted per device activity "
-                  "of a call",
+    "graph_idle": "floor gap between graph nodes of a traced queued replay, beyond the floor tracing itself "
+                  "adds (calibrated on empty kernels), subtracted per device activity of a call",
     "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
               "few microseconds read several times too slow",
     "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
@@ -221,11 +221,11 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
 def _floor_gaps(captures: Sequence[Any]) -> str:
     """Measure each capture's floor gap (to be subtracted); the note says what was done or why not."""
     try:
-        graphs.measure_floor_gaps(captures)
+        baseline = graphs.measure_floor_gaps(captures)
     except TimingError as exc:
         return f"idle between graph nodes not subtracted ({exc})"
     most = max(c.floor_ms * c.activities_per_call for c in captures)
-    return DESCRIPTIONS["graph_idle"] + f": up to {most * 1e3:.3f} us per call"
+    return DESCRIPTIONS["graph_idle"] + f": tracing floor {baseline * 1e3:.3f} us, up to {most * 1e3:.3f} us per call"
 
 
 def _gap_record(raw: list[float], graph_set: Any) -> dict[str, Any]:
