@@ -8,8 +8,9 @@ Side by side in one process, on the add 1M bf16 case of timer_fidelity:
 - the output addresses each capture wrote (one address for every node, or several);
 - truth (CUPTI busy per call, host launched) before and after, and the SM clock of every round (NVML);
 - the cost of switching between graphs, and a replay launched on an idle device against one queued behind
-  an untimed lead replay (what the graph mechanism times since).
-All replays but the last section's queued ones are launched on an idle device.
+  an untimed lead replay (what the graph mechanism times since);
+- queued replays in 0.25 s windows after a profiler session.
+The sections before "queued" launch every replay on an idle device.
 
     python benchmarks/gpu/graph_capture_probe.py > probe.txt
 """

@@ -1,16 +1,15 @@
 """The ``graph`` mechanism: calls captured in a CUDA graph, each replay timed with events, divided by the count.
 
-A replay launched on an idle device reads slower than the device needs for its nodes: on an H200 a 2 us
-add read 9 % or 19 % slow depending on the moment (the two levels toggled a few times a second and moved
-every graph alike), while the same replay queued behind another one read within 2 % of the CUPTI kernel
-time (benchmarks/gpu/graph_capture_probe.py, timer_fidelity). Launched on an idle device the nodes run as
-the host's launch reaches the device; queued, the whole replay is on the device before it starts. So every
-timed replay is queued behind an untimed *lead* replay of the same graph: the sample is the device's time
-for the nodes back to back. Where a capture places its outputs still moved that add by up to 11 %, so each
-call is captured GRAPH_CAPTURES times and the samples take the captures in turn. Where the profiler works, a traced queued replay *after* the samples (replays
-right after a profiler session read up to 10 % fast) gives the floor gap between nodes (idle the device
-spends between dependent nodes however they are launched) and the device activities per call;
-``graph_idle="subtract"`` takes that floor off per activity.
+Measured on an H200 (benchmarks/gpu/graph_capture_probe.py, timer_fidelity):
+- a replay launched on an idle device read a 2 us add 9 % or 19 % slow (two levels that toggled a few
+  times a second), the same replay queued behind another one within 3 % of the CUPTI kernel time: so every
+  timed replay is queued behind an untimed *lead* replay of the same graph;
+- where a capture places its outputs moved that add by up to 11 %: so each call is captured
+  GRAPH_CAPTURES times and sample ``k`` replays capture ``k % GRAPH_CAPTURES``;
+- tracing itself puts a 0.13-0.19 us floor gap between nodes: so, where the profiler works, only the floor
+  gap of a traced queued replay beyond that tracing floor (calibrated on empty kernels) is idle the
+  untraced replay pays; ``graph_idle="subtract"`` takes it off per device activity of a call (about
+  0.65 us around the memset node of cuDNN attention, nothing between the add's kernels).
 """
 
 from __future__ import annotations
@@ -31,26 +30,12 @@ TRACING_NODES = 200
 _tracing_floor_ms: dict[int, float] = {}
 
 
-class GraphSet:
-    """The captures of one call (same count, one shared pool); sample ``k`` replays capture ``k % len``."""
-
-    def __init__(self, captures: Sequence[CapturedGraph]) -> None:
-        self.captures = list(captures)
-        self.count = self.captures[0].count
-        self.taken = 0
-
-    def next_capture(self) -> tuple[int, CapturedGraph]:
-        position = self.taken % len(self.captures)
-        self.taken += 1
-        return position, self.captures[position]
-
-
 class CapturedGraph:
     """``count`` calls captured in one CUDA graph; calls cycle through ``variants`` (rotated input copies).
 
     Graphs given the same ``pool`` share one memory pool, so that the graphs of a pair place their outputs
-    alike. ``floor_ms`` (smallest gap between nodes) and ``activities_per_call`` come from a traced replay
-    (0 until measured).
+    alike. ``floor_ms`` (smallest gap between nodes beyond the tracing floor) and ``activities_per_call``
+    come from a traced queued replay (0 until measured).
     """
 
     def __init__(self, variants: Sequence[Call], count: int, pool: Any = None) -> None:
@@ -101,6 +86,17 @@ class CapturedGraph:
 
         spans = device_spans(profiled(pair), torch.autograd.DeviceType.CUDA)
         return spans[len(spans) // 2:]
+
+
+class GraphSet:
+    """The captures of one call (same count, one shared pool); sample ``k`` replays capture ``k % len``."""
+
+    def __init__(self, captures: Sequence[CapturedGraph]) -> None:
+        self.captures = list(captures)
+        self.count = self.captures[0].count
+
+    def capture_for(self, sample: int) -> CapturedGraph:
+        return self.captures[sample % len(self.captures)]
 
 
 def probe_per_call_ms(variants: Sequence[Call]) -> float:
@@ -158,24 +154,20 @@ def floor_gap_ns(spans: Sequence[tuple[int, int]]) -> int:
     return max(0, min(gaps)) if gaps else 0
 
 
-def time_graphs(sets: Sequence[GraphSet], order: Sequence[int]) -> tuple[list[list[float]], list[list[int]]]:
+def time_graphs(sets: Sequence[GraphSet], order: Sequence[int]) -> list[list[float]]:
     """One queued replay per schedule entry, each call's captures in turn, after a few warm-up replays of
-    every capture; returns (raw samples in ms per call, the capture each sample replayed)."""
+    every capture; raw samples in ms per call."""
     for graph_set in sets:
         for capture in graph_set.captures:
             for _ in range(3):
                 capture.time_replay()
     raw: list[list[float]] = [[] for _ in sets]
-    used: list[list[int]] = [[] for _ in sets]
     for index in order:
-        position, capture = sets[index].next_capture()
-        raw[index].append(capture.time_replay())
-        used[index].append(position)
-    return raw, used
+        raw[index].append(sets[index].capture_for(len(raw[index])).time_replay())
+    return raw
 
 
-def without_floor_gaps(sets: Sequence[GraphSet], raw: Sequence[Sequence[float]],
-                       used: Sequence[Sequence[int]]) -> list[list[float]]:
+def without_floor_gaps(sets: Sequence[GraphSet], raw: Sequence[Sequence[float]]) -> list[list[float]]:
     """Raw samples less their capture's floor gap per device activity (nothing where it was not measured)."""
-    return [[v - s.captures[k].floor_ms * s.captures[k].activities_per_call for v, k in zip(r, u)]
-            for s, r, u in zip(sets, raw, used)]
+    return [[value - graph_set.capture_for(k).floor_ms * graph_set.capture_for(k).activities_per_call
+             for k, value in enumerate(samples)] for graph_set, samples in zip(sets, raw)]

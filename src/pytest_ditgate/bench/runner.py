@@ -184,11 +184,11 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
         sets = graphs.capture_graphs(variant_sets)
         replay_ms = sum(2 * s.count * s.captures[0].time_replay() for s in sets)  # a lead and a timed replay
         rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
-        raw, used = graphs.time_graphs(sets, _schedule(len(calls), rounds))
+        raw = graphs.time_graphs(sets, _schedule(len(calls), rounds))
         idle_note = "idle between graph nodes kept (graph_idle='keep')"
-        if options.graph_idle == "subtract":  # traced after the samples, so no sample follows a profiler session
+        if options.graph_idle == "subtract":
             idle_note = _floor_gaps([c for s in sets for c in s.captures])
-        samples = graphs.without_floor_gaps(sets, raw, used)
+        samples = graphs.without_floor_gaps(sets, raw)
         counts = [s.count for s in sets]
         note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay, {len(sets[0].captures)} captures in turn"
         extra: dict[str, Any] = {"calls_per_replay": counts[0], "captures": len(sets[0].captures)}
