@@ -7,8 +7,7 @@ are imported on first use, not when this package is imported.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pytest_ditgate.lazy import lazy_exports
 
 _LAZY = {
     "CONFIGS": "dit_impl.baseline.configs",
@@ -27,8 +26,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dit_impl.baseline' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)

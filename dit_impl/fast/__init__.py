@@ -7,8 +7,7 @@ Public names (torch is imported on first use, not with this package): :class:`Fa
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pytest_ditgate.lazy import lazy_exports
 
 _LAZY = {
     "FastOptions": "dit_impl.fast.options",
@@ -28,8 +27,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'dit_impl.fast' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
