@@ -176,6 +176,31 @@ def test_custom_comparator_hook(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(["*strict rejects a (cpu)*"])
 
 
+def test_tensor_names_are_checked_for_every_comparator(pytester: pytest.Pytester) -> None:
+    """A comparator that accepts anything still cannot pass a candidate that lacks a golden tensor or
+    brings one the golden does not have: the names are the golden store's rule, not the comparator's."""
+    write_tests(pytester)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=2)
+    pytester.makepyfile(test_gold="""
+        import types, torch
+        seen = []
+        def lenient(candidate, hit):
+            seen.append((sorted(candidate), sorted(hit.tensors)))
+            return types.SimpleNamespace(passed=True, lines=lambda: [])
+        def test_missing(golden):
+            golden.check("a", {"x": torch.zeros(4, 8)}, compare=lenient)
+        def test_extra(golden):
+            golden.check("b", {"x": torch.zeros(4, 8), "y": torch.zeros(6), "z": torch.zeros(2)}, compare=lenient)
+        def test_same_names(golden):
+            golden.check("b", {"x": torch.zeros(4, 8), "y": torch.zeros(6)}, compare=lenient)
+            assert seen[-1] == (["x", "y"], ["x", "y"])
+    """)
+    result = pytester.runpytest("--ditgate", "-p", "no:randomly")
+    result.assert_outcomes(failed=2, passed=1)
+    result.stdout.fnmatch_lines(["*golden 'a' for cpu does not match:*", "*FAIL y: missing from the candidate*"])
+    result.stdout.fnmatch_lines(["*golden 'b' for cpu does not match:*", "*FAIL z: not in the golden (refreeze to add it)*"])
+
+
 @pytest.mark.parametrize("args, message", [
     (("--ditgate", "--ditgate-freeze", "--ditgate-refreeze"), "*--ditgate-freeze and --ditgate-refreeze exclude each other*"),
     (("--ditgate-freeze",), "*--ditgate-freeze needs --ditgate*"),

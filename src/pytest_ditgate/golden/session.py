@@ -8,7 +8,7 @@ which each flush their own queue, never lose each other's entries). In ``check``
 from __future__ import annotations
 
 import datetime as _dt
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pytest_ditgate.errors import GateFailure
@@ -150,10 +150,18 @@ class GoldenSession:
             self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists)
             return GoldenResult(name, "overwritten" if exists else "written", key)
         hit = self.lookup(name, key, nodeid=nodeid)
-        comparison = (compare or TensorComparator())(tensors, hit)
-        if not bool(getattr(comparison, "passed", False)):
-            lines = comparison.lines() if hasattr(comparison, "lines") else [str(comparison)]
-            raise GateFailure("golden_mismatch", f"{hit.describe()} does not match:\n  " + "\n  ".join(lines),
+        # the tensor names are checked here, for every comparator; the comparator judges the shared ones
+        names = ([f"FAIL {n}: missing from the candidate" for n in sorted(set(hit.tensors) - set(tensors))]
+                 + [f"FAIL {n}: not in the golden (refreeze to add it)" for n in sorted(set(tensors) - set(hit.tensors))])
+        shared = {n: t for n, t in tensors.items() if n in hit.tensors}
+        comparison = None
+        if shared:
+            shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
+            comparison = (compare or TensorComparator())(shared, shared_hit)
+        if names or not bool(getattr(comparison, "passed", False)):
+            lines = [] if comparison is None else (
+                comparison.lines() if hasattr(comparison, "lines") else [str(comparison)])
+            raise GateFailure("golden_mismatch", f"{hit.describe()} does not match:\n  " + "\n  ".join(lines + names),
                               report=comparison)
         return GoldenResult(name, "matched", key, hit, comparison)
 

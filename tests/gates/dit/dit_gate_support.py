@@ -79,8 +79,7 @@ def unrecorded_contract_compare(contract: Any, case: str, *, experiment_class: s
     from pytest_ditgate.quality import evaluate_quality
 
     def compare(candidate: Any, hit: Any) -> Any:
-        baseline = {name: hit.tensors[name] for name in candidate if name in hit.tensors}
-        return _Judged(evaluate_quality(candidate, baseline, contract=contract, experiment_class=experiment_class,
+        return _Judged(evaluate_quality(candidate, hit.tensors, contract=contract, experiment_class=experiment_class,
                                         case=case, tolerance_scale=hit.tolerance_scale))
 
     return compare
