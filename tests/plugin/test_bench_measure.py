@@ -133,3 +133,19 @@ def test_cold_l2_sizes_from_the_real_l2() -> None:
         l2.rotation_count(0, six_mb)
     with pytest.raises(ValueError, match="do not fit"):
         l2.rotation_count(2**20, six_mb, free_bytes=4 * 2**20)
+
+
+def test_an_error_of_the_timed_code_inside_the_profiler_is_its_own_not_the_profiler_s() -> None:
+    """A call that raises while traced keeps its exception (a bug or CUDA OOM is not "profiler unavailable");
+    a profiler that cannot start is a TimingError (here: no CUDA, so no device activity to trace)."""
+    torch = pytest.importorskip("torch")
+    from pytest_ditgate.bench import timers
+
+    def buggy() -> None:
+        raise ValueError("the kernel wrapper has a bug")
+
+    with pytest.raises(ValueError, match="the kernel wrapper has a bug"):
+        timers.profiled(buggy, host=True)
+    if not torch.cuda.is_available():
+        with pytest.raises(TimingError, match="profiler unavailable"):
+            timers.profiled(lambda: None)

@@ -146,15 +146,23 @@ def profiled(run: Callable[[], None], *, host: bool = False) -> list[Any]:
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if host else [ProfilerActivity.CUDA]
+    raised: list[Exception] = []
     try:
         with warnings.catch_warnings():  # torch warns on entering the profiler that it clears old events
             warnings.filterwarnings("ignore", message=".*Profiler clears events")
             with profile(activities=activities) as prof:
-                run()
-                torch.cuda.synchronize()
-            return prof.profiler.kineto_results.events()
+                try:
+                    run()
+                except Exception as exc:  # the timed code's own error, not the profiler's: raised below
+                    raised.append(exc)
+                else:
+                    torch.cuda.synchronize()
+            events = None if raised else prof.profiler.kineto_results.events()
     except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
         raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
+    if raised:
+        raise raised[0]
+    return events
 
 
 def time_cupti(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[], None] | None = None,
