@@ -61,8 +61,6 @@ def assign_gpu(worker_id: str, gpus: list[str]) -> str | None:
 @pytest.hookimpl(optionalhook=True)
 def pytest_configure_node(node) -> None:  # xdist controller hook
     config = node.config
-    if not get_context(config).enabled:
-        return
     gpus = config.stash.get(_gpus_key, None)
     if gpus is None:
         gpus = visible_gpus()
@@ -112,7 +110,7 @@ def _worker_gpu_report() -> dict[str, str]:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     workeroutput = getattr(session.config, "workeroutput", None)
-    if workeroutput is not None and get_context(session.config).enabled:
+    if workeroutput is not None:
         workeroutput[WORKER_REPORT_KEY] = _worker_gpu_report()
 
 

@@ -36,10 +36,9 @@ reporter_key = pytest.StashKey["BenchReporter"]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    if get_context(config).enabled:
-        # timer_integrity remembers the stdlib clocks as they are when it is first imported: import it
-        # now, before any test can patch them (stdlib only)
-        import pytest_ditgate.timer_integrity  # noqa: F401
+    # registered only with the gates on; timer_integrity remembers the stdlib clocks as they are when it is
+    # first imported: import it now, before any test can patch them (stdlib only)
+    import pytest_ditgate.timer_integrity  # noqa: F401
 
     reporter = BenchReporter(config)
     config.stash[reporter_key] = reporter
