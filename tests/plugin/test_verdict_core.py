@@ -87,6 +87,26 @@ def test_scope(tmp_path) -> None:
                         "notes.txt: outside the mutable paths (dit_impl/)"]
 
 
+def test_ledger_commits_come_from_git_or_from_ditgate_commit(tmp_path, monkeypatch) -> None:
+    """A copied tree on a GPU host may carry a stale .git: DITGATE_COMMIT names the commit measured."""
+    from pytest_ditgate.verdict.plugin import _commits
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.com")
+    git("config", "user.name", "t")
+    for message in ("base", "candidate"):
+        (tmp_path / "f.txt").write_text(message)
+        git("add", "-A")
+        git("commit", "-qm", message)
+    monkeypatch.delenv("DITGATE_COMMIT", raising=False)
+    assert _commits(tmp_path) == (git("rev-parse", "--short=12", "HEAD"), git("rev-parse", "--short=12", "HEAD^"))
+    monkeypatch.setenv("DITGATE_COMMIT", "0123abcd")
+    assert _commits(tmp_path) == ("0123abcd", None)
+
+
 def test_classification_is_checked_not_trusted() -> None:
     torch = pytest.importorskip("torch")
     honest = torch.nn.Linear(4, 4)

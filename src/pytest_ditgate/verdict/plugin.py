@@ -254,7 +254,15 @@ def _arch(experiment: ExperimentSession) -> str:
 
 
 def _commits(root: Path) -> tuple[str | None, str | None]:
+    """(commit, parent) of the candidate: ``$DITGATE_COMMIT`` names the commit of a copied tree (whose
+    .git may be stale), its parent is then unknown; else git's short HEAD and HEAD^."""
+    import os
     import subprocess
+
+    from pytest_ditgate.environment import COMMIT_ENV
+
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV], None
 
     def rev(name: str) -> str | None:
         proc = subprocess.run(["git", "rev-parse", "--short=12", name], cwd=root, capture_output=True, text=True)
