@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ditgate.golden.keys import CPU_SCALE, FAMILY_SCALE, fallback_chain, family, validate_key
+from pytest_ditgate.golden.keys import (CPU_SCALE, FAMILY_SCALE, fallback_chain, family, is_machine_key, machine_key,
+                                       validate_key)
 
 
 def test_chain_order_exact_family_nearest_first_then_cpu() -> None:
@@ -22,7 +23,18 @@ def test_cpu_and_other_families() -> None:
     assert (family("sm_86"), family("sm_120"), family("cpu")) == ("sm_8x", "sm_12x", None)
 
 
-@pytest.mark.parametrize("key", ["gpu", "sm86", "sm_8", "../x", ""])
+def test_machine_keys_have_no_fallback() -> None:
+    key = machine_key("sm_86", "NVIDIA RTX A5500; torch 2.14.1")
+    assert key.startswith("sm_86.") and is_machine_key(key) and not is_machine_key("sm_86")
+    assert key != machine_key("sm_86", "NVIDIA RTX A5500; torch 2.14.0")
+    assert [s.key for s in fallback_chain(key, {"sm_86", "sm_80", "cpu", "sm_86.0badbeef"})] == [key]
+    assert [s.key for s in fallback_chain("sm_86", {key, "sm_80"})] == ["sm_86", "sm_80", "cpu"]
+    with pytest.raises(ValueError, match="already a machine key"):
+        machine_key(key, "x")
+
+
+@pytest.mark.parametrize("key", ["gpu", "sm86", "sm_8", "../x", "", "cpu\n", "cpu.abc", "cpu.0123456789", "sm_90.ABCDEF12",
+                                 "cpu.01234567\n"])
 def test_bad_keys(key: str) -> None:
     with pytest.raises(ValueError, match="bad golden device key"):
         validate_key(key)

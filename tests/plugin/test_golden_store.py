@@ -201,6 +201,75 @@ def test_tensor_names_are_checked_for_every_comparator(pytester: pytest.Pytester
     result.stdout.fnmatch_lines(["*golden 'b' for cpu does not match:*", "*FAIL z: not in the golden (refreeze to add it)*"])
 
 
+def test_optional_tensors_may_be_absent_and_are_reported_required_ones_may_not(pytester: pytest.Pytester) -> None:
+    """Diagnostics a candidate cannot produce (block activations under a CUDA graph) are optional: judged on
+    the rest, named in the summary; a missing required tensor, an extra tensor or a mismatch still fail."""
+    pytester.makepyfile(test_gold="""
+        import torch
+        def tensors(scale=1.0):
+            g = torch.Generator().manual_seed(0)
+            return {"latents": torch.randn(4, 8, generator=g) * scale, "images": torch.rand(2, 3, 4, 4, generator=g),
+                    "block0.step0": torch.randn(16, generator=g), "block1.step0": torch.randn(16, generator=g)}
+        def test_freeze(golden):
+            golden.check("case", tensors())
+    """)
+    pytester.runpytest("--ditgate", "--ditgate-freeze").assert_outcomes(passed=1)
+    pytester.makepyfile(test_gold="""
+        import torch
+        def tensors(scale=1.0):
+            g = torch.Generator().manual_seed(0)
+            return {"latents": torch.randn(4, 8, generator=g) * scale, "images": torch.rand(2, 3, 4, 4, generator=g),
+                    "block0.step0": torch.randn(16, generator=g), "block1.step0": torch.randn(16, generator=g)}
+        def required(scale=1.0):
+            return {k: v for k, v in tensors(scale).items() if not k.startswith("block")}
+        def test_without_diagnostics(golden):
+            result = golden.check("case", required(), optional=["block*"])
+            assert result.status == "matched" and result.not_compared == ("block0.step0", "block1.step0")
+        def test_with_diagnostics(golden):
+            assert golden.check("case", tensors(), optional=["block*"]).not_compared == ()
+        def test_missing_required(golden):
+            golden.check("case", {"latents": tensors()["latents"]}, optional=["block*"])
+        def test_wrong_required(golden):
+            golden.check("case", required(1.5), optional=["block*"])
+        def test_optional_is_not_a_wildcard_for_everything(golden):
+            golden.check("case", {"other": torch.zeros(2)}, optional=["*"])
+    """)
+    result = pytester.runpytest("--ditgate", "-p", "no:randomly")
+    result.assert_outcomes(passed=2, failed=3)
+    result.stdout.fnmatch_lines(["*FAIL images: missing from the candidate (required)*"])
+    result.stdout.fnmatch_lines(["*FAIL latents: rel_l2*", "*not compared (optional, not produced by the candidate): "
+                                 "block0.step0, block1.step0*"])
+    result.stdout.fnmatch_lines(["*FAIL other: not in the golden*", "*FAIL: no tensor in common with the golden*"])
+    result.stdout.fnmatch_lines(["*check(s) judged on required tensors only: * optional golden tensor(s) not produced*",
+                                 "*not compared: test_gold.py::test_without_diagnostics ?case?: block0.step0, block1.step0"])
+    assert "not compared: test_gold.py::test_missing_required" not in result.stdout.str()
+
+
+def test_machine_keys_are_frozen_per_machine_and_never_fall_back(pytester: pytest.Pytester) -> None:
+    """Bitwise claims are judged against goldens of THIS machine only: the machine key has no fallback to
+    the device kind's golden, its missing golden says how to make one, and freezing records the machine."""
+    pytester.makepyfile(test_gold="""
+        import torch
+        def test_kind(golden):
+            golden.check("case", {"x": torch.ones(4)}, device="cpu")
+        def test_machine(golden):
+            key = golden.machine_key("cpu")
+            assert key.startswith("cpu.") and len(key) == 12 and key == golden.machine_key("cpu")
+            golden.check("case", {"x": torch.ones(4)}, device=key)
+    """)
+    result = pytester.runpytest("--ditgate", "-p", "no:randomly", "-k", "kind", "--ditgate-freeze")
+    result.assert_outcomes(passed=1)
+    result = pytester.runpytest("--ditgate", "-p", "no:randomly", "-k", "machine")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*golden_missing* no golden 'case' for this machine (cpu.*)*bitwise claims are "
+                                 "judged only against goldens frozen on this machine: run `ditgate baseline`*"])
+    pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:randomly").assert_outcomes(passed=2)
+    entries = manifest(pytester)["entries"]
+    (machine,) = [e for k, e in entries.items() if k.startswith("cpu.")]
+    assert "torch" in machine["provenance"]["metadata"]["machine"]
+    pytester.runpytest("--ditgate", "-p", "no:randomly").assert_outcomes(passed=2)
+
+
 @pytest.mark.parametrize("args, message", [
     (("--ditgate", "--ditgate-freeze", "--ditgate-refreeze"), "*--ditgate-freeze and --ditgate-refreeze exclude each other*"),
     (("--ditgate-freeze",), "*--ditgate-freeze needs --ditgate*"),

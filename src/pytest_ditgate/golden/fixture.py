@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
-from pytest_ditgate.golden.keys import CPU_KEY, validate_key
+from pytest_ditgate.golden.keys import CPU_KEY, is_machine_key, machine_key, validate_key
 
 if TYPE_CHECKING:
     import torch
@@ -20,7 +20,7 @@ def device_key(device: Any = None, tensors: Mapping[str, Any] | None = None) -> 
     (``"cuda:0"``); without it the key comes from the tensors: any CUDA tensor gives that GPU's arch,
     otherwise ``cpu``. Pass ``device`` when the tensors were moved to the CPU before the check.
     """
-    if isinstance(device, str) and (device == CPU_KEY or device.startswith("sm_")):
+    if isinstance(device, str) and (device.startswith(CPU_KEY) or device.startswith("sm_")):
         return validate_key(device)
     if device is None:
         cuda = [t.device for t in (tensors or {}).values() if getattr(getattr(t, "device", None), "type", "") == "cuda"]
@@ -36,12 +36,46 @@ def device_key(device: Any = None, tensors: Mapping[str, Any] | None = None) -> 
     return f"sm_{major}{minor}"
 
 
+def machine_fingerprint(device: Any = "cpu") -> str:
+    """What decides bitwise results on this machine for ``device``: the text behind its machine key."""
+    import platform
+
+    import torch
+
+    from pytest_ditgate.toolchain import package_version
+
+    device = torch.device(device)
+    parts = [f"torch {torch.__version__}", f"diffusers {package_version('diffusers')}"]
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        parts += [props.name, f"sm_{props.major}{props.minor}", f"{props.multi_processor_count} SMs",
+                  f"CUDA {torch.version.cuda}", f"cuDNN {torch.backends.cudnn.version()}"]
+    else:
+        parts += [platform.machine(), _cpu_model(), f"ISA {torch.backends.cpu.get_cpu_capability()}",
+                  f"{torch.get_num_threads()} threads"]
+    return "; ".join(parts)
+
+
+def _cpu_model() -> str:
+    import platform
+
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as info:
+            for line in info:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown CPU"
+
+
 @dataclass
 class Golden:
     """Golden lookups for one test: ``load(name)`` and ``check(name, tensors)``."""
 
     session: "GoldenSession"
     nodeid: str
+    fingerprints: dict[str, str] = field(default_factory=dict)  # machine key -> what it stands for
 
     @property
     def mode(self) -> str:
@@ -52,14 +86,27 @@ class Golden:
         __tracebackhide__ = True
         return self.session.lookup(name, device_key(device), nodeid=self.nodeid)
 
+    def machine_key(self, device: Any = "cpu") -> str:
+        """The key of goldens frozen on THIS machine for ``device`` (for bitwise claims; no fallback)."""
+        fingerprint = machine_fingerprint(device)
+        key = machine_key(device_key(device), fingerprint)
+        self.fingerprints[key] = fingerprint
+        return key
+
     def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], *, device: Any = None,
               compare: Callable[[Mapping[str, Any], "GoldenHit"], Any] | None = None,
-              metadata: Mapping[str, Any] | None = None) -> "GoldenResult":
+              metadata: Mapping[str, Any] | None = None, optional: Iterable[str] = ()) -> "GoldenResult":
         """Compare ``tensors`` with golden ``name``; raises ``GateFailure`` on a mismatch or missing golden.
 
         ``compare(candidate, hit)`` replaces the default :class:`TensorComparator`; under
         ``--ditgate-freeze`` a missing golden is queued for writing instead (``--ditgate-refreeze``: always).
+        ``optional``: glob patterns of golden tensors that are diagnostics (``"block*"``): a candidate that
+        cannot produce them is judged on the others, and the result and summary name what was not compared.
+        Every other golden tensor is required. ``device`` may also be a machine key (:meth:`machine_key`).
         """
         __tracebackhide__ = True
         key = device_key(device, tensors)
-        return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata)
+        if is_machine_key(key) and key in self.fingerprints:
+            metadata = {"machine": self.fingerprints[key], **dict(metadata or {})}
+        return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata,
+                                  optional=tuple(optional))

@@ -128,7 +128,8 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
     usage = {"used": sorted(golden_session.used), "ran": sorted(state.ran), "collected": sorted(state.collected),
              "written": golden_session.written, "overwritten": golden_session.overwritten,
-             "fallbacks": [list(f) for f in golden_session.fallbacks], "errors": golden_session.write_errors}
+             "fallbacks": [list(f) for f in golden_session.fallbacks], "errors": golden_session.write_errors,
+             "not_compared": [[nodeid, name, list(names)] for nodeid, name, names in golden_session.not_compared]}
     workeroutput = getattr(config, "workeroutput", None)
     if workeroutput is not None:
         workeroutput[WORKER_OUTPUT] = usage
@@ -140,12 +141,14 @@ def build_report(state: GoldenPluginState, usages: list[dict[str, Any]]):
     from pytest_ditgate.golden.manifest import ManifestError
     from pytest_ditgate.golden.report import GoldenReport, RunUsage, find_orphans
 
-    merged: dict[str, list[Any]] = {k: [] for k in ("used", "ran", "collected", "written", "overwritten", "fallbacks", "errors")}
+    merged: dict[str, list[Any]] = {k: [] for k in ("used", "ran", "collected", "written", "overwritten", "fallbacks",
+                                                    "errors", "not_compared")}
     for usage in usages:
         for name in merged:
             merged[name].extend(usage.get(name, []))
     report = GoldenReport(state.session.mode, written=sorted(merged["written"]), overwritten=sorted(merged["overwritten"]),
-                          fallbacks=[tuple(f) for f in merged["fallbacks"]], errors=list(merged["errors"]))
+                          fallbacks=[tuple(f) for f in merged["fallbacks"]], errors=list(merged["errors"]),
+                          not_compared=[(n, name, tuple(t)) for n, name, t in merged["not_compared"]])
     store = state.session.store
     try:
         manifest = store.load_manifest()

@@ -9,6 +9,10 @@ tries, in order, each step with the tolerance scale the comparator must apply:
 3. ``cpu`` (the float32 reference computed on the CPU), scale :data:`CPU_SCALE`.
 
 A ``cpu`` lookup has only step 1. The result of a lookup says which step was used.
+
+A **machine key** (``cpu.1a2b3c4d``, ``sm_90.0f9e8d7c``) names one machine: the device key plus a hash of
+what decides bitwise results there (device or CPU model, torch/CUDA/cuDNN versions, threads). Bitwise
+(``exact``) claims are judged only against goldens of the same machine key, so its lookup has no fallback.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ FAMILY_SCALE = 2.0
 CPU_SCALE = 4.0
 CPU_KEY = "cpu"
 _ARCH = re.compile(r"^sm_(\d+?)(\d)$")
-_KEY = re.compile(r"^(cpu|sm_\d{2,3})$")
+_KEY = re.compile(r"^(cpu|sm_\d{2,3})(\.[0-9a-f]{8})?\Z")
 
 
 @dataclass(frozen=True)
@@ -40,8 +44,23 @@ class KeyStep:
 def validate_key(key: str) -> str:
     """``key`` if it is a device key (``cpu`` or ``sm_XY``), else ``ValueError``."""
     if not isinstance(key, str) or not _KEY.match(key):
-        raise ValueError(f"bad golden device key {key!r}: use 'cpu' or an arch such as 'sm_86'")
+        raise ValueError(f"bad golden device key {key!r}: use 'cpu' or an arch such as 'sm_86' "
+                         "(a machine key adds '.' and 8 hex digits: 'cpu.1a2b3c4d')")
     return key
+
+
+def is_machine_key(key: str) -> bool:
+    """Whether ``key`` names one machine (``cpu.1a2b3c4d``) rather than a device kind (``cpu``)."""
+    return "." in validate_key(key)
+
+
+def machine_key(device_key: str, fingerprint: str) -> str:
+    """The machine key for ``device_key`` on the machine described by ``fingerprint`` (any text)."""
+    import hashlib
+
+    if is_machine_key(device_key):
+        raise ValueError(f"{device_key!r} is already a machine key")
+    return f"{device_key}.{hashlib.sha256(fingerprint.encode()).hexdigest()[:8]}"
 
 
 def family(key: str) -> str | None:
@@ -51,10 +70,10 @@ def family(key: str) -> str | None:
 
 
 def fallback_chain(key: str, available: Iterable[str]) -> list[KeyStep]:
-    """The lookup order for ``key``; family members are taken from ``available`` (keys that have goldens)."""
-    validate_key(key)
+    """The lookup order for ``key``; family members are taken from ``available`` (keys that have goldens).
+    A machine key has no fallback: a bitwise claim against another machine's golden means nothing."""
     chain = [KeyStep(key, 1.0, "exact")]
-    fam = family(key)
+    fam = None if is_machine_key(key) else family(key)
     if fam is None:
         return chain
     minor = int(_ARCH.match(key).group(2))  # type: ignore[union-attr]

@@ -51,6 +51,7 @@ class GoldenReport:
     orphans: list[str] = field(default_factory=list)
     untracked: list[str] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    not_compared: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)  # nodeid, name, tensors
 
     def lines(self) -> list[tuple[str, dict[str, bool]]]:
         """(text, markup) pairs: red for overwrites and errors, yellow for orphans."""
@@ -62,6 +63,13 @@ class GoldenReport:
                         f"{', '.join(self.overwritten)}", {"red": True, "bold": True}))
         for nodeid, name, requested, used in self.fallbacks:
             out.append((f"fallback: {nodeid or name} used golden {name!r} of {used} (no {requested} golden)", {}))
+        if self.not_compared:
+            tensors = sum(len(t) for _, _, t in self.not_compared)
+            out.append((f"{len(self.not_compared)} check(s) judged on required tensors only: {tensors} optional "
+                        "golden tensor(s) not produced by the candidate, so not compared", {"yellow": True}))
+            for nodeid, name, names in self.not_compared:
+                shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+                out.append((f"  not compared: {nodeid or name} [{name}]: {shown}", {}))
         if self.orphans:
             out.append((f"{len(self.orphans)} orphaned golden(s), used by no test: {', '.join(self.orphans)}",
                         {"yellow": True}))

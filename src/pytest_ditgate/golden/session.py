@@ -8,13 +8,14 @@ which each flush their own queue, never lose each other's entries). In ``check``
 from __future__ import annotations
 
 import datetime as _dt
+import fnmatch
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
 from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.fsutil import lock_for
 from pytest_ditgate.golden.comparator import TensorComparator
-from pytest_ditgate.golden.keys import KeyStep, fallback_chain, validate_key
+from pytest_ditgate.golden.keys import KeyStep, fallback_chain, is_machine_key, validate_key
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
 from pytest_ditgate.golden.store import GoldenStore, sha256_bytes, validate_name
 
@@ -22,6 +23,8 @@ if TYPE_CHECKING:
     import torch
 
 MODES = ("check", "freeze", "refreeze")
+MACHINE_HINT = ("bitwise claims are judged only against goldens frozen on this machine: run `ditgate baseline` "
+                "(or pytest --ditgate --ditgate-freeze) here first")
 FREEZE_HINT = "run pytest --ditgate --ditgate-freeze to create it"
 
 
@@ -63,6 +66,7 @@ class GoldenResult:
     key: str
     hit: GoldenHit | None = None
     comparison: Any = None
+    not_compared: tuple[str, ...] = ()  # optional golden tensors the candidate did not produce
 
     @property
     def key_used(self) -> str:
@@ -94,6 +98,7 @@ class GoldenSession:
     pending: dict[str, PendingWrite] = field(default_factory=dict)
     used: set[str] = field(default_factory=set)
     fallbacks: list[tuple[str, str, str, str]] = field(default_factory=list)  # nodeid, name, requested, used
+    not_compared: list[tuple[str, str, tuple[str, ...]]] = field(default_factory=list)  # nodeid, name, tensors
     written: list[str] = field(default_factory=list)
     overwritten: list[str] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
@@ -129,6 +134,9 @@ class GoldenSession:
             if hit.fallback:
                 self.fallbacks.append((nodeid, name, key, step.key))
             return hit
+        if is_machine_key(key):
+            raise GateFailure("golden_missing", f"no golden {name!r} for this machine ({key}) in "
+                                                f"{self.store.manifest_path}; {MACHINE_HINT}")
         tried = ", ".join(step.key for step in chain)
         untracked = self.store.location(name, key)
         extra = f" ({untracked} exists but is not in the manifest)" if untracked.exists() else ""
@@ -137,8 +145,14 @@ class GoldenSession:
 
     def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], key: str, *,
               compare: Callable[[Mapping[str, Any], GoldenHit], Any] | None = None,
-              nodeid: str = "", metadata: Mapping[str, Any] | None = None) -> GoldenResult:
-        """Compare ``tensors`` with the golden ``name`` (or queue it, in freeze/refreeze mode)."""
+              nodeid: str = "", metadata: Mapping[str, Any] | None = None,
+              optional: tuple[str, ...] = ()) -> GoldenResult:
+        """Compare ``tensors`` with the golden ``name`` (or queue it, in freeze/refreeze mode).
+
+        Golden tensors matching an ``optional`` glob may be absent from the candidate (diagnostics it
+        cannot produce); they are listed in the result's ``not_compared``. Every other golden tensor is
+        required, and a candidate tensor the golden lacks fails too: no silent drops.
+        """
         __tracebackhide__ = True
         validate_name(name)
         validate_key(key)
@@ -150,10 +164,14 @@ class GoldenSession:
             self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists)
             return GoldenResult(name, "overwritten" if exists else "written", key)
         hit = self.lookup(name, key, nodeid=nodeid)
+        absent = sorted(set(hit.tensors) - set(tensors))
+        not_compared = tuple(n for n in absent if any(fnmatch.fnmatchcase(n, p) for p in optional))
         # the tensor names are checked here, for every comparator; the comparator judges the shared ones
-        names = ([f"FAIL {n}: missing from the candidate" for n in sorted(set(hit.tensors) - set(tensors))]
+        names = ([f"FAIL {n}: missing from the candidate (required)" for n in absent if n not in not_compared]
                  + [f"FAIL {n}: not in the golden (refreeze to add it)" for n in sorted(set(tensors) - set(hit.tensors))])
         shared = {n: t for n, t in tensors.items() if n in hit.tensors}
+        if not shared:
+            names.append("FAIL: no tensor in common with the golden: nothing was compared")
         comparison = None
         if shared:
             shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
@@ -161,9 +179,13 @@ class GoldenSession:
         if names or not bool(getattr(comparison, "passed", False)):
             lines = [] if comparison is None else (
                 comparison.lines() if hasattr(comparison, "lines") else [str(comparison)])
+            if not_compared:
+                lines.append(_not_compared_line(not_compared))
             raise GateFailure("golden_mismatch", f"{hit.describe()} does not match:\n  " + "\n  ".join(lines + names),
                               report=comparison)
-        return GoldenResult(name, "matched", key, hit, comparison)
+        if not_compared:  # a failed check says so in its message; the summary lists the passed ones
+            self.not_compared.append((nodeid, name, not_compared))
+        return GoldenResult(name, "matched", key, hit, comparison, not_compared)
 
     # -- writes ----------------------------------------------------------------------------------
     def _queue(self, name: str, key: str, tensors: Mapping[str, Any], *, nodeid: str,
@@ -193,3 +215,9 @@ class GoldenSession:
             self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}")
         self.pending.clear()
         self._manifest = None
+
+
+def _not_compared_line(names: tuple[str, ...]) -> str:
+    """One line naming the optional golden tensors a candidate did not produce (the first few, and a count)."""
+    shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+    return f"not compared (optional, not produced by the candidate): {shown}"
