@@ -2,22 +2,28 @@
 ``measure_pair`` detects a small slowdown.
 
 Over the five cases of the design brief's reference table (add 1M bf16, LayerNorm 16x256x1152, matmul
-4096^3 bf16, SDPA 16x16x256x72, copy 256 MB fp32) it measures, side by side in one run:
+4096^3 bf16, SDPA 16x16x256x72, copy 256 MB fp32), in ``--runs`` consecutive runs (default 3) of
+``--rounds`` rounds each (default 3), every round takes, side by side:
 
 - truth: CUPTI kernel time, computed here independently of the plugin (torch.profiler over back-to-back
   calls, sum of device activity durations / calls, as in the reference anchor script);
-- ``measure`` with mechanism auto, graph, events and wall, and cupti in the sustained regime;
-- triton's ``do_bench`` and ``do_bench_cudagraph`` (when triton is installed).
+- ``measure`` with mechanism auto and graph, and triton's ``do_bench_cudagraph``.
 
-Targets (issue 4): auto and graph within 5 % of truth on the four non-matmul cases, graph at least as close
-as do_bench_cudagraph (median error over CLOSENESS_ROUNDS side-by-side rounds), CV below 2 %; matmul: both regimes reported. Detection power: an injected 3 %
-slowdown (the same add on 3 % more elements) flagged in >= 19 of 20 repeats of ``measure_pair``, a null
-change (A vs A) flagged in <= 1 of 20, "flagged" meaning the 95 % CI bound shows a difference of at least
-1 % (MARGIN; the count for "CI excludes 1" is printed beside it). Ledger write below 1 ms per measurement (runs on CPU too).
+The truth is interleaved with the mechanisms, so a change of the device's state between them (the launch
+latency between graph nodes toggles a few times a second) shows as spread over the rounds, not as error.
+A run's error is the median over its rounds of |mechanism / truth - 1|; its spread is printed beside it.
+Events, wall, the raw graph reading, sustained CUPTI and do_bench are read once, for the table.
+
+Targets (issues 4 and 13): auto and graph within 5 % of truth on the four non-matmul cases and CV below 2 %,
+graph at least as close as do_bench_cudagraph (median error over the rounds, half a point of margin), each in
+EVERY run (the table says in how many runs each passed); matmul: both regimes reported. Detection power
+(first run): an injected 3 % slowdown (the same add on 3 % more elements) flagged in >= 19 of 20 repeats of
+``measure_pair``, a null change (A vs A) in <= 1 of 20, "flagged" meaning the 95 % CI bound shows a
+difference of at least 1 % (MARGIN). Ledger write below 1 ms per measurement (runs on CPU too).
 
 Usage: ``python benchmarks/timer_fidelity.py --out benchmarks/results`` (writes timer_fidelity_<arch>.json,
-prints a table last, exits 1 when a target is missed). Every case is guarded: one failure is recorded and the
-others still run.
+prints a table last, exits 1 when a target is missed in any run). Every case is guarded: one failure is
+recorded and the others still run.
 """
 
 from __future__ import annotations
@@ -36,10 +42,6 @@ from harness import ROOT, guarded, log  # noqa: E402 - puts the repository on sy
 TOLERANCE = 0.05  # within 5 % of truth
 CV_LIMIT = 0.02
 DBCG_MARGIN = 0.005  # "at least as close as do_bench_cudagraph", within half a percentage point of noise
-#: rounds of (truth, graph, do_bench_cudagraph) side by side for "as close as": the launch latency between
-#: graph nodes toggles between two levels a few times a second, so one reading of do_bench_cudagraph (which
-#: keeps it) is a coin toss between two errors; the median error over the rounds is compared
-CLOSENESS_ROUNDS = 5
 REPEATS = 20
 #: a change counts as flagged when the CI bound shows it slower (or faster) by at least this fraction,
 #: the question ditbench.pair asks with min_speedup; the stricter "CI excludes 1" is reported beside it
@@ -95,10 +97,15 @@ def make_cases() -> dict[str, dict]:
     }
 
 
-def fidelity(results: dict) -> None:
-    import torch
+INFO_MECHANISMS = (("events", "events", None, "subtract"), ("wall", "wall", None, "subtract"),
+                   ("graph_keep", "graph", None, "keep"), ("cupti_sustained", "cupti", "sustained", "subtract"))
 
-    from pytest_ditgate.bench import measure
+
+def fidelity(results: dict, runs: int, rounds: int) -> None:
+    """``runs`` consecutive runs; in each, ``rounds`` rounds per case of CUPTI truth, auto, graph and
+    do_bench_cudagraph side by side (truth interleaved with the mechanisms, so a drift of the device's
+    state between them shows as spread, not as error). The other mechanisms are read once, for the table."""
+    import torch
 
     try:
         import triton.testing as tt
@@ -107,47 +114,70 @@ def fidelity(results: dict) -> None:
     cases = make_cases()
     table = results.setdefault("fidelity", {})
     for name, case in cases.items():
-        fn, args = case["fn"], case["args"]
-        bound = lambda fn=fn, args=args: fn(*args)  # noqa: E731
-        row: dict[str, Any] = {"dtype": case["dtype"], "shapes": case["shapes"]}
-        table[name] = row
-        log(f"== {name}")
-        guarded(row, "truth_cupti_ms", lambda: cupti_truth(bound))
-        for label, mechanism, regime, idle in (("auto", "auto", None, "subtract"), ("graph", "graph", None, "subtract"),
-                                               ("graph_keep", "graph", None, "keep"), ("events", "events", None, "subtract"),
-                                               ("wall", "wall", None, "subtract"),
-                                               ("cupti_sustained", "cupti", "sustained", "subtract")):
-            guarded(row, label, lambda: measurement_row(measure(fn, *args, mechanism=mechanism, regime=regime,
-                                                                graph_idle=idle, label=name, dtype=case["dtype"],
-                                                                shapes=case["shapes"])))
-        if tt is not None:
-            guarded(row, "do_bench_ms", lambda: float(tt.do_bench(bound, return_mode="median")))
-            guarded(row, "do_bench_cudagraph_ms", lambda: float(tt.do_bench_cudagraph(bound, return_mode="median")))
-        if tt is not None and not name.startswith("matmul"):
-            guarded(row, "closeness", lambda: closeness(fn, args, bound, tt))
-        if name == "add_1M_bf16":
-            guarded(row, "graph_cold", lambda: measurement_row(measure(fn, *args, mechanism="graph", l2="cold")))
-            guarded(row, "cupti_cold", lambda: measurement_row(measure(fn, *args, mechanism="cupti", l2="cold")))
-        torch.cuda.synchronize()
-        log(json.dumps({k: (v.get("median_ms") if isinstance(v, dict) else v) for k, v in row.items()
-                        if k not in ("dtype", "shapes")}))
+        table[name] = {"dtype": case["dtype"], "shapes": case["shapes"], "runs": []}
+    for run in range(runs):
+        started = time.time()
+        for name, case in cases.items():
+            log(f"== run {run + 1}/{runs}: {name}")
+            table[name]["runs"].append(guarded({}, "rounds", lambda: interleaved_rounds(case, rounds, tt)) or {})
+            if run == 0:
+                guarded(table[name], "info", lambda: informational(name, case, tt))
+            torch.cuda.synchronize()
+        results.setdefault("run_seconds", []).append(round(time.time() - started, 1))
 
 
-def closeness(fn: Callable[..., Any], args: tuple, bound: Callable[[], Any], tt: Any) -> dict:
-    """CLOSENESS_ROUNDS rounds of CUPTI truth, the graph mechanism and do_bench_cudagraph, side by side;
-    the median relative error of each over the rounds."""
+def interleaved_rounds(case: dict, rounds: int, tt: Any) -> dict:
+    """One run of one case: per round, truth then each mechanism; errors and spread over the rounds."""
     from pytest_ditgate.bench import measure
 
-    rounds = []
-    for _ in range(CLOSENESS_ROUNDS):
-        truth = cupti_truth(bound)
-        graph = measure(fn, *args, mechanism="graph").median_ms
-        dbcg = float(tt.do_bench_cudagraph(bound, return_mode="median"))
-        rounds.append({"truth_ms": truth, "graph_ms": graph, "do_bench_cudagraph_ms": dbcg})
-    return {"rounds": rounds,
-            "graph_error": statistics.median(abs(r["graph_ms"] / r["truth_ms"] - 1) for r in rounds),
-            "do_bench_cudagraph_error": statistics.median(abs(r["do_bench_cudagraph_ms"] / r["truth_ms"] - 1)
-                                                          for r in rounds)}
+    fn, args = case["fn"], case["args"]
+    bound = lambda: fn(*args)  # noqa: E731
+    rows = []
+    for _ in range(rounds):
+        row = {"truth_ms": cupti_truth(bound)}
+        for key in ("auto", "graph"):
+            m = measure(fn, *args, mechanism=key, dtype=case["dtype"], shapes=case["shapes"])
+            row[f"{key}_ms"], row[f"{key}_cv"], row[f"{key}_mechanism"] = m.median_ms, m.cv, m.mechanism
+        if tt is not None:
+            row["do_bench_cudagraph_ms"] = float(tt.do_bench_cudagraph(bound, return_mode="median"))
+        rows.append(row)
+    summary: dict[str, Any] = {"rounds": rows, "truth_ms": statistics.median(r["truth_ms"] for r in rows),
+                               "truth_spread": spread([r["truth_ms"] for r in rows])}
+    for key in ("auto", "graph", "do_bench_cudagraph"):
+        if f"{key}_ms" not in rows[0]:
+            continue
+        errors = [abs(r[f"{key}_ms"] / r["truth_ms"] - 1) for r in rows]
+        summary[key] = {"median_ms": statistics.median(r[f"{key}_ms"] for r in rows),
+                        "error": statistics.median(errors), "error_spread": [min(errors), max(errors)]}
+        if f"{key}_cv" in rows[0]:
+            summary[key]["cv"] = statistics.median(r[f"{key}_cv"] for r in rows)
+    return summary
+
+
+def spread(values: list[float]) -> float:
+    """(max - min) / median of ``values``."""
+    middle = statistics.median(values)
+    return (max(values) - min(values)) / middle if middle else float("nan")
+
+
+def informational(name: str, case: dict, tt: Any) -> dict:
+    """The mechanisms the table shows beside the targets (read once): events, wall, raw graph, sustained
+    CUPTI, do_bench, and for the add the cold-L2 readings."""
+    from pytest_ditgate.bench import measure
+
+    fn, args = case["fn"], case["args"]
+    bound = lambda: fn(*args)  # noqa: E731
+    info: dict[str, Any] = {}
+    for label, mechanism, regime, idle in INFO_MECHANISMS:
+        guarded(info, label, lambda: measurement_row(measure(fn, *args, mechanism=mechanism, regime=regime,
+                                                              graph_idle=idle, label=name, dtype=case["dtype"],
+                                                              shapes=case["shapes"])))
+    if tt is not None:
+        guarded(info, "do_bench_ms", lambda: float(tt.do_bench(bound, return_mode="median")))
+    if name == "add_1M_bf16":
+        guarded(info, "graph_cold", lambda: measurement_row(measure(fn, *args, mechanism="graph", l2="cold")))
+        guarded(info, "cupti_cold", lambda: measurement_row(measure(fn, *args, mechanism="cupti", l2="cold")))
+    return info
 
 
 def detection(results: dict, mechanisms: tuple[str, ...]) -> None:
@@ -203,77 +233,104 @@ def ledger_overhead(results: dict) -> None:
     results["ledger"] = {"writes": len(times), "median_ms": statistics.median(times), "max_ms": max(times),
                          "records_read": len(records), "bad_lines": len(bad), "samples_per_record": 200}
 
-def rel(a: Any, b: Any) -> float | None:
-    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and b:
-        return abs(a / b - 1.0)
-    return None
+def target(name: str, value: Any, limit: str, passed: bool | None, shown: str) -> dict:
+    """One target of one run (``passed`` None: information only)."""
+    return {"name": name, "value": value, "limit": limit, "pass": passed, "shown": shown}
 
-def med(row: dict, key: str) -> Any:
-    value = row.get(key)
-    if isinstance(value, dict):
-        return value.get("median_ms")
-    return value
 
-def verdicts(results: dict) -> list[tuple[str, str, str]]:
-    """(target, measured, PASS/FAIL) rows."""
+def run_targets(results: dict, run: int) -> list[dict]:
+    """The targets of run ``run`` (0-based): fidelity from that run's rounds; detection and ledger once."""
     out = []
     for name, row in results.get("fidelity", {}).items():
-        truth = row.get("truth_cupti_ms")
+        rounds = row["runs"][run] if run < len(row.get("runs", [])) else {}
         if name.startswith("matmul"):
-            out.append((f"{name}: regimes reported", "spaced(auto) {} / sustained(cupti) {} / graph {}".format(
-                *(f"{med(row, k):.4f}" if isinstance(med(row, k), float) else "err"
-                  for k in ("auto", "cupti_sustained", "graph"))), "INFO"))
+            if rounds.get("auto") and rounds.get("graph"):
+                out.append(target(f"{name}: regimes reported", None, "info", None,
+                                  f"truth {rounds['truth_ms']:.4f} / auto {rounds['auto']['median_ms']:.4f} / "
+                                  f"graph {rounds['graph']['median_ms']:.4f} ms"))
             continue
         for key in ("auto", "graph"):
-            err = rel(med(row, key), truth)
-            cv = row.get(key, {}).get("cv") if isinstance(row.get(key), dict) else None
-            out.append((f"{name}: {key} within 5% of CUPTI", "err" if err is None else f"{err * 100:.2f}%",
-                        "PASS" if err is not None and err <= TOLERANCE else "FAIL"))
-            out.append((f"{name}: {key} CV < 2%", "err" if cv is None else f"{cv * 100:.2f}%",
-                        "PASS" if cv is not None and cv < CV_LIMIT else "FAIL"))
-        close = row.get("closeness")
-        if isinstance(close, dict) and "graph_error" in close:
-            g, d = close["graph_error"], close["do_bench_cudagraph_error"]
-            out.append((f"{name}: graph as close as do_bench_cudagraph", f"{g * 100:.2f}% vs {d * 100:.2f}% "
-                        f"(median of {len(close['rounds'])} rounds)", "PASS" if g <= d + DBCG_MARGIN else "FAIL"))
-    for mechanism, rows in results.get("detection", {}).items():
-        if not isinstance(rows, dict) or "slowdown_flagged" not in rows:
-            continue
-        out.append((f"detect +3% ({mechanism}) >= 19/20", f"{rows['slowdown_flagged']}/{REPEATS}",
-                    "PASS" if rows["slowdown_flagged"] >= 19 else "FAIL"))
-        out.append((f"null A vs A ({mechanism}) <= 1/20", f"{rows['null_flagged']}/{REPEATS}",
-                    "PASS" if rows["null_flagged"] <= 1 else "FAIL"))
-        out.append((f"  ({mechanism}) CI excludes 1: +3% / null", f"{rows['slowdown_ci_excludes_1']}/{REPEATS} / "
-                    f"{rows['null_ci_excludes_1']}/{REPEATS}", "INFO"))
-    ledger = results.get("ledger")
-    if isinstance(ledger, dict) and "median_ms" in ledger:
-        out.append(("ledger write < 1 ms", f"{ledger['median_ms']:.3f} ms (max {ledger['max_ms']:.3f})",
-                    "PASS" if ledger["median_ms"] < 1.0 and not ledger["bad_lines"] else "FAIL"))
+            got = rounds.get(key) or {}
+            err, cv = got.get("error"), got.get("cv")
+            out.append(target(f"{name}: {key} within 5% of CUPTI", err, f"<= {TOLERANCE}",
+                              err is not None and err <= TOLERANCE,
+                              "err" if err is None else f"{err * 100:.2f}% (rounds {fmt_range(got['error_spread'])})"))
+            out.append(target(f"{name}: {key} CV < 2%", cv, f"< {CV_LIMIT}", cv is not None and cv < CV_LIMIT,
+                              "err" if cv is None else f"{cv * 100:.2f}%"))
+        graph, dbcg = rounds.get("graph"), rounds.get("do_bench_cudagraph")
+        if graph and dbcg:
+            out.append(target(f"{name}: graph as close as do_bench_cudagraph", graph["error"],
+                              f"<= do_bench_cudagraph {dbcg['error']:.4f} + {DBCG_MARGIN}",
+                              graph["error"] <= dbcg["error"] + DBCG_MARGIN,
+                              f"{graph['error'] * 100:.2f}% vs {dbcg['error'] * 100:.2f}%"))
+    if run == 0:
+        for mechanism, rows in results.get("detection", {}).items():
+            if not isinstance(rows, dict) or "slowdown_flagged" not in rows:
+                continue
+            out.append(target(f"detect +3% ({mechanism}) >= 19/20", rows["slowdown_flagged"], ">= 19",
+                              rows["slowdown_flagged"] >= 19, f"{rows['slowdown_flagged']}/{REPEATS}"))
+            out.append(target(f"null A vs A ({mechanism}) <= 1/20", rows["null_flagged"], "<= 1",
+                              rows["null_flagged"] <= 1, f"{rows['null_flagged']}/{REPEATS}"))
+        ledger = results.get("ledger")
+        if isinstance(ledger, dict) and "median_ms" in ledger:
+            out.append(target("ledger write < 1 ms", ledger["median_ms"], "< 1.0",
+                              ledger["median_ms"] < 1.0 and not ledger["bad_lines"],
+                              f"{ledger['median_ms']:.3f} ms (max {ledger['max_ms']:.3f})"))
     return out
 
+
+def fmt_range(pair: list[float]) -> str:
+    return f"{pair[0] * 100:.2f}-{pair[1] * 100:.2f}%"
+
+
+def target_records(results: dict) -> list[dict]:
+    """Each target over the runs: how often it passed, and the worst run's value; a target passes when it
+    passed in every run it was measured in."""
+    runs = max((len(row.get("runs", [])) for row in results.get("fidelity", {}).values()), default=1) or 1
+    merged: dict[str, dict] = {}
+    for run in range(runs):
+        for t in run_targets(results, run):
+            entry = merged.setdefault(t["name"], {"name": t["name"], "limit": t["limit"], "runs": [], "shown": []})
+            entry["runs"].append(t["pass"])
+            entry["shown"].append(t["shown"])
+            entry.setdefault("values", []).append(t["value"])
+    for entry in merged.values():
+        judged = [p for p in entry["runs"] if p is not None]
+        entry["passed_runs"] = f"{sum(judged)}/{len(judged)}" if judged else "info"
+        entry["pass"] = all(judged) if judged else True
+        entry["info"] = not judged
+        failing = [v for v, p in zip(entry["values"], entry["runs"]) if p is False]
+        entry["value"] = failing[0] if failing else entry["values"][0]  # the first failing run's, else the first
+    return list(merged.values())
+
+
 def print_tables(results: dict) -> None:
-    cols = ("truth_cupti_ms", "auto", "graph", "graph_keep", "events", "wall", "cupti_sustained", "do_bench_ms",
-            "do_bench_cudagraph_ms")
-    heads = ("CUPTI", "auto", "graph", "graph-raw", "events", "wall", "cupti-sus", "do_bench", "do_b_cg")
     if results.get("fidelity"):
-        print(f"\n=== timer fidelity, median ms per call ({results['provenance']['device'].get('name')}, "
-              f"{results['provenance']['device'].get('arch')}) ===")
+        heads = ("CUPTI", "spread", "auto", "graph", "do_b_cg", "events", "wall", "graph-raw", "cupti-sus", "do_bench")
+        print(f"\n=== timer fidelity, median ms per call over the rounds of the last run "
+              f"({results['provenance']['device'].get('name')}, {results['provenance']['device'].get('arch')}) ===")
         print(f"{'case':24s}" + "".join(f"{h:>10s}" for h in heads))
         for name, row in results["fidelity"].items():
-            cells = []
-            for key in cols:
-                value = med(row, key)
-                cells.append(f"{value:10.4f}" if isinstance(value, float) else f"{'err':>10s}")
-            print(f"{name:24s}" + "".join(cells))
-    print("\n=== targets ===")
-    for target, measured, verdict in verdicts(results):
-        print(f"{verdict:5s} {target:48s} {measured}")
+            last = row["runs"][-1] if row.get("runs") else {}
+            info = row.get("info") or {}
+            cells = [last.get("truth_ms"), last.get("truth_spread")]
+            cells += [(last.get(k) or {}).get("median_ms") for k in ("auto", "graph", "do_bench_cudagraph")]
+            cells += [(info.get(k) or {}).get("median_ms") for k in ("events", "wall", "graph_keep", "cupti_sustained")]
+            cells.append(info.get("do_bench_ms"))
+            print(f"{name:24s}" + "".join(f"{c:10.4f}" if isinstance(c, float) else f"{'err':>10s}" for c in cells))
+    print("\n=== targets (passed in how many of the consecutive runs; values of each run) ===")
+    for t in results.get("target_records", []):
+        verdict = "INFO" if t["info"] else ("PASS" if t["pass"] else "FAIL")
+        print(f"{verdict:5s} {t['passed_runs']:>5s}  {t['name']:48s} {' | '.join(t['shown'])}")
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results"))
     parser.add_argument("--skip-detection", action="store_true")
     parser.add_argument("--detection-mechanisms", default="auto,graph")
+    parser.add_argument("--runs", type=int, default=3, help="consecutive runs; every target must pass in each")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of truth + mechanisms per case and run")
     ns = parser.parse_args(argv)
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -285,13 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "benchmark": "timer_fidelity",
         "provenance": environment_record(device, cwd=ROOT),
-        "config": {"tolerance": TOLERANCE, "cv_limit": CV_LIMIT, "repeats": REPEATS,
+        "config": {"tolerance": TOLERANCE, "cv_limit": CV_LIMIT, "repeats": REPEATS, "runs": ns.runs,
+                   "rounds": ns.rounds,
                    "truth": "torch.profiler CUDA activity, sum of device durations over 50 back-to-back calls"},
     }
     results["provenance"]["timers"] = "cupti (torch.profiler/kineto), CUDA graph + events, CUDA events, perf_counter"
     started = time.time()
     if device.is_cuda:
-        guarded(results, "fidelity_error", lambda: fidelity(results))
+        guarded(results, "fidelity_error", lambda: fidelity(results, ns.runs, ns.rounds))
         if not ns.skip_detection:
             mechs = tuple(m for m in ns.detection_mechanisms.split(",") if m)
             guarded(results, "detection_error", lambda: detection(results, mechs))
@@ -302,13 +360,13 @@ def main(argv: list[str] | None = None) -> int:
         if results.get(key) is None:
             results.pop(key, None)
     results["elapsed_s"] = time.time() - started
-    results["targets"] = [list(v) for v in verdicts(results)]
+    results["target_records"] = target_records(results)
     tag = device.arch
     path = out / f"timer_fidelity_{tag}.json"
     path.write_text(json.dumps(results, indent=1, default=str) + "\n")
     log(f"wrote {os.path.relpath(path, ROOT) if path.is_relative_to(ROOT) else path}")
     print_tables(results)
-    failed = [target for target, _, verdict in results["targets"] if verdict == "FAIL"]
+    failed = [t["name"] for t in results["target_records"] if not t["pass"]]
     if failed:
         log(f"{len(failed)} target(s) missed: {'; '.join(failed)}")
     return 1 if failed else 0

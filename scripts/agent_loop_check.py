@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""The documented agent loop (docs/agent_loop.md), end to end, in a temporary git repository of this project.
+
+Copies the working tree (no .git, caches or virtual environments) into a temporary folder, commits it,
+records the DiT lane's baseline there, then judges a fixed series of experiments and checks each exit code:
+
+| experiment                                                        | class     | expected |
+|-------------------------------------------------------------------|-----------|----------|
+| empty commit                                                      | exact     | 11       |
+| empty commit                                                      | numerical | 11       |
+| honest speedup (CUDA graphs, adaLN kernels, cuDNN SDPA, GELU epilogue) | numerical | 0 (GPU) |
+| quality break (final adaLN without its shift)                     | numerical | 10       |
+| fixed-path edit (the frozen baseline's sampler)                   | numerical | 12       |
+| out-of-scope edit (README.md)                                     | numerical | 13       |
+
+On the CPU the honest speedup changes nothing that runs there (the switches are CUDA-only), so it is
+expected to be 11. Every DISCARD is followed by ``git reset --hard HEAD^``, as the doc says. Writes a JSON
+record (``--json``) with one target per experiment; exits 1 when any code differs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LANE = "dit"
+LANE_TESTS = "tests/gates/dit/test_candidate_lane.py"
+SKIP = shutil.ignore_patterns(".git", ".venv", ".whl", ".gl", ".ditgate", "__pycache__", "*.pyc", ".pytest_cache",
+                              ".hypothesis", ".tox", "build", "dist", "*.egg-info", "benchmarks", "docs", ".ci")
+HONEST = ('OPTIONS = FastOptions(dtype="bfloat16", sdpa="auto", fused_qkv=True, batched_conditioning=True,\n'
+          '                      gelu_epilogue=False, adaln="torch", compile="off", cuda_graphs=False)',
+          'OPTIONS = FastOptions(dtype="bfloat16", sdpa="cudnn", fused_qkv=True, batched_conditioning=True,\n'
+          '                      gelu_epilogue=True, adaln="kernels", compile="off", cuda_graphs=True)')
+QUALITY_BREAK = ("* (1 + scale[:, None]) + shift[:, None]\n        x = self.proj_out_2(x)",
+                 "* (1 + scale[:, None])\n        x = self.proj_out_2(x)")
+
+
+class Loop:
+    """A temporary copy of the project as a git repository, and the commands of the doc run in it."""
+
+    def __init__(self, work: Path, log) -> None:
+        self.work, self.log = work, log
+        self.env = dict(os.environ, PYTHONDONTWRITEBYTECODE="1", PYTHONUNBUFFERED="1",
+                        GIT_AUTHOR_NAME="loop", GIT_AUTHOR_EMAIL="loop@example.invalid",
+                        GIT_COMMITTER_NAME="loop", GIT_COMMITTER_EMAIL="loop@example.invalid")
+        self.env["PYTHONPATH"] = os.pathsep.join([str(work / "src"), str(work), os.environ.get("PYTHONPATH", "")])
+        for name in [n for n in self.env if n.startswith("DITGATE_") or n == "PYTEST_ADDOPTS"]:
+            del self.env[name]
+
+    def sh(self, *command: str, check: bool = True) -> int:
+        self.log.write(f"\n$ {' '.join(command)}\n")
+        self.log.flush()
+        code = subprocess.run(command, cwd=self.work, env=self.env, stdout=self.log, stderr=subprocess.STDOUT).returncode
+        self.log.write(f"[exit {code}]\n")
+        if check and code != 0:
+            raise RuntimeError(f"{' '.join(command)} exited {code}")
+        return code
+
+    def git(self, *args: str) -> None:
+        self.sh("git", *args)
+
+    def edit(self, path: str, old: str, new: str) -> None:
+        file = self.work / path
+        text = file.read_text()
+        if old not in text:
+            raise RuntimeError(f"{path}: the text to replace is not there")
+        file.write_text(text.replace(old, new, 1))
+
+    def baseline(self) -> int:
+        code = self.sh(sys.executable, "-m", "pytest_ditgate", "baseline", "--lane", LANE, "--", LANE_TESTS, "-q",
+                       check=False)
+        self.git("add", "-A")
+        self.git("commit", "-qm", "freeze the baseline", "--allow-empty")
+        return code
+
+    def experiment(self, experiment_class: str, description: str) -> int:
+        return self.sh(sys.executable, "-m", "pytest", "--ditgate", f"--ditgate-class={experiment_class}",
+                       f"--ditgate-lane={LANE}", f"--ditgate-description={description}",
+                       "--ditgate-verdict-json=.ditgate/verdict.json", "-q", "-p", "no:cacheprovider", LANE_TESTS,
+                       check=False)
+
+    def discard(self) -> None:
+        self.git("reset", "-q", "--hard", "HEAD^")
+
+
+def run(work: Path, log, on_gpu: bool) -> list[dict]:
+    loop = Loop(work, log)
+    loop.git("init", "-q")
+    loop.git("add", "-A")
+    loop.git("commit", "-qm", "the project")
+    targets = []
+
+    def expect(name: str, code: int, expected: int, keep: bool = False) -> None:
+        targets.append({"name": name, "value": code, "limit": expected, "pass": code == expected})
+        print(f"{'PASS' if code == expected else 'FAIL'}  {name}: exit {code} (expected {expected})", flush=True)
+        if code != 0 and not keep:
+            loop.discard()
+
+    expect("baseline", loop.baseline(), 0, keep=True)
+    for cls in ("exact", "numerical"):
+        loop.git("commit", "-q", "--allow-empty", "-m", f"empty commit ({cls})")
+        expect(f"empty commit, {cls}", loop.experiment(cls, "empty commit"), 11)
+    loop.edit("dit_impl/fast/candidate.py", *HONEST)
+    loop.git("commit", "-qam", "CUDA graphs, adaLN kernels, cuDNN SDPA, GELU epilogue")
+    expect("honest speedup, numerical", loop.experiment("numerical", "graphs+kernels+cudnn+gelu"), 0 if on_gpu else 11)
+    loop.edit("dit_impl/fast/model.py", *QUALITY_BREAK)
+    loop.git("commit", "-qam", "final adaLN without its shift")
+    expect("quality break, numerical", loop.experiment("numerical", "drop the final shift"), 10)
+    loop.edit("dit_impl/baseline/sampling.py", '"""', '"""Edited by a candidate. ', )
+    loop.git("commit", "-qam", "edit the frozen baseline")
+    expect("fixed-path edit, numerical", loop.experiment("numerical", "edit a fixed path"), 12)
+    (work / "README.md").write_text((work / "README.md").read_text() + "\nedited by a candidate\n")
+    loop.git("commit", "-qam", "edit the README")
+    expect("out-of-scope edit, numerical", loop.experiment("numerical", "edit README"), 13)
+    return targets
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", default=None, help="write the record here")
+    parser.add_argument("--keep", action="store_true", help="keep the temporary repository")
+    ns = parser.parse_args(argv)
+    import torch
+
+    on_gpu = torch.cuda.is_available()
+    started = time.time()
+    work = Path(tempfile.mkdtemp(prefix="ditgate-loop-")) / "project"
+    shutil.copytree(ROOT, work, ignore=SKIP)
+    error = None
+    with (work.parent / "loop.log").open("w") as log:
+        try:
+            targets = run(work, log, on_gpu)
+        except Exception as exc:  # noqa: BLE001 - recorded, and the run fails
+            targets, error = [], f"{type(exc).__name__}: {exc}"
+    log_text = (work.parent / "loop.log").read_text()
+    record = {"targets": targets, "error": error, "seconds": round(time.time() - started, 1), "on_gpu": on_gpu}
+    if ns.json:
+        Path(ns.json).write_text(json.dumps(record, indent=1) + "\n")
+        Path(ns.json).with_suffix(".log").write_text(log_text)
+    if not ns.keep:
+        shutil.rmtree(work.parent, ignore_errors=True)
+    if error:
+        print(f"agent loop broke: {error}", file=sys.stderr)
+    return 0 if targets and all(t["pass"] for t in targets) and not error else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
