@@ -56,7 +56,13 @@ class DitgateContext:
         return self._device
 
     def artefact_path(self, *parts: str) -> Path:
-        """A path under the artefact folder, its parent created."""
+        """A path under the artefact folder, its parent created. A folder ditgate creates gets a
+        ``.gitignore`` of ``*`` (as ``.pytest_cache`` does), so ledgers and lock files stay out of git."""
+        if not self.artefact_dir.exists():
+            from pytest_ditgate.fsutil import ensure_gitignore
+
+            self.artefact_dir.mkdir(parents=True, exist_ok=True)
+            ensure_gitignore(self.artefact_dir)
         path = self.artefact_dir.joinpath(*parts)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
