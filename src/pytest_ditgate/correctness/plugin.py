@@ -5,9 +5,10 @@ Registered by ``plugin.py`` under ``--ditgate``; torch is imported only when a t
 call is recorded on the test item as ``(label, passed, reason)`` under ``keys.kernel_checks_key``, so the
 timing fixture can refuse to time a kernel whose output failed its reference check.
 
-A :class:`~pytest_ditgate.errors.GateFailure` raised in a test (``kernel_check``, ``ditbench``, ``golden``,
-``quality_gate``) is reported as the user's code and the gate's message: the plugin's own frames are left
-out of the traceback and the short summary line starts with ``[reason]``.
+A :class:`~pytest_ditgate.errors.GateFailure` (or a ``DitgateUsageError``) raised in a test
+(``kernel_check``, ``ditbench``, ``golden``, ``quality_gate``) is reported as the user's code and the
+gate's message: the plugin's own frames are left out of the traceback and the short summary line starts
+with ``[reason]``.
 """
 
 from __future__ import annotations
@@ -95,12 +96,13 @@ def _drop_plugin_tail(tb: Any) -> None:
 
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
-    """Gate failures read as the test and the reason: drop plugin frames, put ``[reason]`` first
-    (``--full-trace`` keeps every frame)."""
-    from pytest_ditgate.errors import GateFailure
+    """Gate failures and API misuse read as the test and the message: drop plugin frames, put the
+    message (``[reason] ...`` for a gate) first in the summary line (``--full-trace`` keeps every frame)."""
+    from pytest_ditgate.errors import DitgateUsageError, GateFailure
 
     excinfo = call.excinfo
-    failure = excinfo.value if excinfo is not None and isinstance(excinfo.value, GateFailure) else None
+    ours = (GateFailure, DitgateUsageError)
+    failure = excinfo.value if excinfo is not None and isinstance(excinfo.value, ours) else None
     if failure is not None and not item.config.getoption("fulltrace", False):
         _drop_plugin_tail(excinfo.tb)
         excinfo.traceback = excinfo.traceback.__class__(excinfo.tb)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ditgate.errors import GateFailure
+from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.fsutil import atomic_write_bytes
 from pytest_ditgate.golden.keys import validate_key
 from pytest_ditgate.golden.manifest import MANIFEST_NAME, GoldenEntry, Manifest
@@ -34,9 +34,9 @@ class GoldenIntegrityError(GateFailure):
 
 def validate_name(name: str) -> str:
     """``name`` when it is safe as a file name (letters, digits, ``.``, ``-``, ``_``; no trailing newline,
-    no ``..``); ValueError naming the allowed characters otherwise."""
+    no ``..``); DitgateUsageError (a ValueError) naming the allowed characters otherwise."""
     if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name or len(name) > 200:
-        raise ValueError(f"bad golden name {name!r}: use letters, digits, '.', '-' and '_', starting with a letter "
+        raise DitgateUsageError(f"bad golden name {name!r}: use letters, digits, '.', '-' and '_', starting with a letter "
                          "or digit, no '..', at most 200 characters (it becomes a file name)")
     return name
 
