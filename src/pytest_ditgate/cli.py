@@ -63,13 +63,23 @@ def _add_summary(sub: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    """Write the HTML page; what had to be left out (bad ledger lines, plots without matplotlib) is
+    listed on stderr, and the page is written anyway."""
     from pathlib import Path
 
+    from pytest_ditgate.errors import DitgateUsageError
     from pytest_ditgate.fsutil import atomic_write_text
-    from pytest_ditgate.verdict.report import render_report
+    from pytest_ditgate.verdict.report import build_report
 
-    out = Path(args.out or Path(args.dir) / "report.html")
-    atomic_write_text(out, render_report(Path(args.dir)))
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise DitgateUsageError(f"--dir {root}: no such ledger folder (run pytest --ditgate first, or name the "
+                                "folder given to --ditgate-dir)")
+    out = Path(args.out or root / "report.html")
+    page = build_report(root)
+    for note in page.notes:
+        print(f"ditgate report: note: {note}", file=sys.stderr)
+    atomic_write_text(out, page.html)
     print(f"wrote {out}")
     return 0
 
