@@ -121,8 +121,20 @@ def pytest_configure(config: pytest.Config) -> None:
             session.contract().rules(session.experiment_class)
         except DitgateUsageError as exc:
             raise pytest.UsageError(str(exc)) from None
+    _check_weights_paths(session.weights)
     if not context.is_xdist_worker:
         config.pluginmanager.register(QualityReporter(session, context.artefact_dir), REPORTER_NAME)
+
+
+def _check_weights_paths(weights: Any) -> None:
+    """A weights location the user named must exist (an absent one would quietly skip LPIPS / CLIP)."""
+    if weights.lpips and not Path(weights.lpips).is_dir():
+        raise pytest.UsageError(f"{LPIPS_WEIGHTS.flag} (or ini {LPIPS_WEIGHTS.ini}, [tool.ditgate] lpips_weights) = "
+                                f"{weights.lpips}: no such folder; name the folder holding alexnet-owt-7be5be79.pth")
+    if weights.clip and not Path(weights.clip).exists():
+        raise pytest.UsageError(f"{CLIP_WEIGHTS.flag} (or ini {CLIP_WEIGHTS.ini}, [tool.ditgate] clip_weights) = "
+                                f"{weights.clip}: no such file or folder; name an open_clip checkpoint file or a "
+                                "folder with open_clip_config.json + open_clip_model.safetensors")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
