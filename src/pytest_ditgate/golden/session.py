@@ -225,8 +225,8 @@ class GoldenSession:
         entry = write.entry
         current = manifest.get(entry.name, entry.key)
         if current is not None:
-            if current.sha256 == entry.sha256:
-                return ""  # a concurrent run froze the very same bytes
+            if current.sha256 == entry.sha256 or self._same_tensors(current, write.data):
+                return ""  # a concurrent run froze the very same values
             return (f"golden {entry.id!r} was frozen by another run while this one ran "
                     f"({current.provenance.get('command', '?')}, {current.provenance.get('created', '?')}); "
                     f"kept it, did not write this run's different value: re-run to compare against it")
@@ -234,6 +234,26 @@ class GoldenSession:
         if path.exists() or path.is_symlink():
             return _untracked_message(path, self.store.manifest_path)
         return None
+
+
+    def _same_tensors(self, current: GoldenEntry, data: bytes) -> bool:
+        """Whether the golden on disk holds exactly the tensors in ``data`` (the file's header may order its
+        metadata differently from run to run, so equal values need not mean equal bytes)."""
+        try:
+            theirs = self.store.serializer.deserialize((self.store.root / current.file).read_bytes())
+        except Exception:  # unreadable: not the same
+            return False
+        ours = self.store.serializer.deserialize(data)
+        return theirs.keys() == ours.keys() and all(
+            theirs[n].dtype == ours[n].dtype and theirs[n].shape == ours[n].shape
+            and theirs[n].view(-1).view(dtype=_bytes_dtype()).equal(ours[n].view(-1).view(dtype=_bytes_dtype()))
+            for n in ours)
+
+
+def _bytes_dtype() -> Any:
+    import torch
+
+    return torch.uint8
 
 
 def _untracked_message(path: Any, manifest_path: Any) -> str:
