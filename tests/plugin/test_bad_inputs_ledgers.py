@@ -109,7 +109,7 @@ def test_report_survives_wrong_shape_lines_and_says_what_it_left_out(tmp_path: P
         {"kind": "measurement", "measurement": {"median_ms": "slow", "cv": None, "label": "<b>x</b>"}},
         {"kind": "comparison", "ratio": None},
         {"kind": "comparison", "test": "t::pair", "ratio": 0.8, "ci_low": 0.7, "ci_high": 0.9, "passed": True,
-         "comparison": {"a": {"name": "cand"}, "b": {"name": "ref"}}},
+         "comparison": {"a": {"label": "cand"}, "b": {"label": "ref"}}},
     ]) + "\n")
     code, out, err = _report(tmp_path, capsys)
     assert code == 0 and "wrote" in out and "Traceback" not in err

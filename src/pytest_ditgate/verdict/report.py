@@ -164,8 +164,9 @@ def _comparison_rows(records: list[dict[str, Any]], notes: list[str], path: Path
                      "ratio, ci_low and ci_high")
     rows = []
     for r in good[-200:]:
-        names = _obj(r.get("comparison"))
-        pair = f"{_text(_obj(names.get('a')).get('name'))} / {_text(_obj(names.get('b')).get('name'))}"
+        sides = _obj(r.get("comparison"))
+        pair = " / ".join(_text(side.get("label") or side.get("name"))
+                          for side in (_obj(sides.get("a")), _obj(sides.get("b"))))
         verdict = {True: "PASS", False: "FAIL"}.get(r.get("passed"), "")
         rows.append([_text(r.get("test")).rsplit("::", 1)[-1], pair.strip(" /"), _text(r.get("lane")),
                      f"{r['ratio']:.4f}", f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]", _fmt(r.get("min_speedup"), ".1%"),
