@@ -55,14 +55,16 @@ def evaluate_device_marks(requirements: list["Requirements"], device: "DeviceInf
 def pytest_configure(config: pytest.Config) -> None:
     """With the gates on, a device profile named by ``DITGATE_DEVICE_PROFILE`` is read and validated now:
     a bad one is a usage error (exit 4) before any test runs, never an INTERNALERROR later."""
+    if not get_context(config).enabled:
+        return  # inert: nothing reads the profile, and nothing heavy is imported
     import os
 
     from pytest_ditgate.device import PROFILE_ENV
+    from pytest_ditgate.profiles import read_profile
 
     spec = os.environ.get(PROFILE_ENV)
-    if not spec or not get_context(config).enabled:
+    if not spec:
         return
-    from pytest_ditgate.profiles import read_profile
 
     try:
         read_profile(spec)
