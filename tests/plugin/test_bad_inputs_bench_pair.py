@@ -29,7 +29,7 @@ def test_pair_reaches_benchmark_json_and_the_report(pytester: pytest.Pytester, c
     ledger.parent.mkdir()
     ledger.write_text('{"kind": "measurement", "measurement": {"label": "old"}}\n{"kind": "compa')  # torn
     pytester.makepyfile(PAIR)
-    result = pytester.runpytest_subprocess("--ditgate", "--ditgate-bench-budget-ms=10", "--benchmark-json=b.json")
+    result = pytester.runpytest_subprocess("--ditgate", "--ditgate-bench-budget-ms=5", "--benchmark-json=b.json")
     result.assert_outcomes(passed=1)
     (entry,) = json.loads((pytester.path / "b.json").read_text())["benchmarks"]
     info = entry["extra_info"]

@@ -127,5 +127,3 @@ def test_kernel_check_failure_is_short_and_reason_first(pytester: pytest.Pyteste
     assert "checks.py" not in text and "correctness/plugin.py:" not in text  # no plugin internals
     result.stdout.fnmatch_lines(["E   *GateFailure: [[]mismatch[]] kernel_check * failed: mismatch*",
                                  "FAILED test_k.py::test_k - [[]mismatch[]] kernel_check*"])
-    full = pytester.runpytest("--ditgate", "-p", "no:cacheprovider", "--full-trace")
-    assert "checks.py" in full.stdout.str()  # --full-trace keeps every frame
