@@ -1,19 +1,29 @@
 """Compile a module's units into one shared library with nvcc, through ninja when it is installed.
 
-The build folder holds ``build.ninja`` (the exact commands, kept for diagnosis), the objects and
-``build.log``. Parallelism is bounded twice: ninja's ``-j`` across compile units and nvcc's
-``--threads`` across target archs inside one unit, their product never above ``max_jobs``.
+The build folder holds ``build.ninja`` (the exact commands, kept for diagnosis) and ``build.log``.
+Parallelism is bounded twice: ninja's ``-j`` across compile units and nvcc's ``--threads`` across target
+archs inside one unit, their product never above ``max_jobs``.
+
+A killed build must not corrupt the next one. Each attempt compiles in its own folder
+(``<build>/.attempt-<pid>-*``, with ``owner.json`` naming the process and the tools' process group);
+only a finished library is moved to its final name. The tools run in a process group of their own, which
+is killed when the build is interrupted; a later build (under the module lock) kills what is left of an
+attempt whose owner died (``kill -9`` leaves ninja and nvcc running) and removes its folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import sysconfig
-from dataclasses import dataclass
+import tempfile
+import time
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kernels.jit.errors import BuildError
@@ -67,30 +77,140 @@ def ninja_file(commands: BuildCommands) -> str:
     return "\n".join(lines)
 
 
+ATTEMPT_PREFIX = ".attempt-"
+OWNER_FILE = "owner.json"
+
+
+def _relocate(commands: BuildCommands, build_dir: Path, attempt: Path) -> BuildCommands:
+    """The same commands with every object and the output moved from ``build_dir`` into ``attempt``."""
+    def moved(path: str) -> str:
+        try:
+            return str(attempt / Path(path).relative_to(build_dir))
+        except ValueError:
+            return path
+
+    return replace(commands, compiles=tuple((src, moved(obj), flags) for src, obj, flags in commands.compiles),
+                   output=moved(commands.output))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _group_members(pgid: int, attempt: Path) -> list[int]:
+    """Processes of group ``pgid`` still working in ``attempt`` (Linux /proc; elsewhere none are known)."""
+    members = []
+    proc = Path("/proc")
+    if not proc.is_dir():
+        return members
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if os.getpgid(int(entry.name)) == pgid and Path(os.readlink(entry / "cwd")).is_relative_to(attempt):
+                members.append(int(entry.name))
+        except OSError:
+            continue
+    return members
+
+
+def kill_group(pgid: int, *, grace_s: float = 2.0) -> None:
+    """SIGTERM the process group, then SIGKILL whatever is left after ``grace_s``."""
+    if not hasattr(os, "killpg"):
+        return
+    for sig, wait in ((signal.SIGTERM, grace_s), (signal.SIGKILL, grace_s)):
+        try:
+            os.killpg(pgid, sig)
+        except (ProcessLookupError, PermissionError):
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(pgid, 0)
+            except (ProcessLookupError, PermissionError):
+                return
+            time.sleep(0.02)
+
+
+def reap_stale_attempts(build_dir: Path) -> list[Path]:
+    """Kill the tools of attempts whose owner process is gone and remove their folders (call under the
+    module's build lock); returns the folders removed."""
+    removed = []
+    for attempt in sorted(build_dir.glob(ATTEMPT_PREFIX + "*")):
+        try:
+            owner = json.loads((attempt / OWNER_FILE).read_text(encoding="utf-8"))
+            pid, pgid = int(owner.get("pid", -1)), owner.get("pgid")
+        except (OSError, ValueError, TypeError, AttributeError):
+            pid, pgid = -1, None
+        if pid == os.getpid() or (pid > 0 and _alive(pid)):
+            continue
+        if isinstance(pgid, int) and pgid > 0 and _group_members(pgid, attempt.resolve()):
+            kill_group(pgid)
+        shutil.rmtree(attempt, ignore_errors=True)
+        removed.append(attempt)
+    return removed
+
+
+def _run_step(argv: list[str], attempt: Path) -> subprocess.CompletedProcess:
+    """Run one tool in its own process group, recorded in ``owner.json``; killed with its children when
+    this process is interrupted."""
+    from pytest_ditgate.fsutil import atomic_write_json
+
+    process = subprocess.Popen(argv, cwd=attempt, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                               start_new_session=True)
+    atomic_write_json(attempt / OWNER_FILE, {"pid": os.getpid(), "pgid": process.pid, "tool": argv[0]})
+    try:
+        out, err = process.communicate()
+    except BaseException:
+        kill_group(process.pid)
+        process.wait()
+        raise
+    return subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+
 def run_build(module: str, build_dir: Path, commands: BuildCommands, jobs: int) -> str:
-    """Run the build in ``build_dir`` (log in ``build.log``); returns the tool that ran it, ``"ninja"`` or
-    ``"nvcc"``; raises :class:`BuildError` with the log tail."""
-    from pytest_ditgate.fsutil import atomic_write_text
+    """Run the build in a fresh attempt folder under ``build_dir`` (log in ``build.log``) and move the
+    library to ``commands.output``; returns the tool that ran it, ``"ninja"`` or ``"nvcc"``; raises
+    :class:`BuildError` with the log tail."""
+    from pytest_ditgate.fsutil import atomic_write_json, atomic_write_text
 
     build_dir.mkdir(parents=True, exist_ok=True)
+    reap_stale_attempts(build_dir)
     text = ninja_file(commands)
     manifest = build_dir / "build.ninja"
     if not manifest.exists() or manifest.read_text(encoding="utf-8") != text:
         atomic_write_text(manifest, text)
-    ninja = find_ninja()
-    if ninja is not None:
-        steps = [[ninja, "-C", str(build_dir), "-j", str(max(1, jobs))]]
-    else:  # no ninja: the same commands, one after another
-        steps = [commands.compile_argv(*unit) for unit in commands.compiles] + [commands.link_argv()]
-    log_parts, failed = [], False
-    for argv in steps:
-        done = subprocess.run(argv, cwd=build_dir, capture_output=True, text=True)
-        log_parts.append(f"$ {shlex.join(argv)}\n{done.stdout}{done.stderr}")
-        if done.returncode != 0:
-            failed = True
-            break
-    log = "\n".join(log_parts)
-    atomic_write_text(build_dir / "build.log", log)
-    if failed:
-        raise BuildError(module, build_dir, "\n".join(log.splitlines()[-40:]))
+    attempt = Path(tempfile.mkdtemp(prefix=f"{ATTEMPT_PREFIX}{os.getpid()}-", dir=build_dir))
+    atomic_write_json(attempt / OWNER_FILE, {"pid": os.getpid(), "pgid": None})
+    try:
+        local = _relocate(commands, build_dir, attempt)
+        for _, obj, _ in local.compiles:
+            Path(obj).parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(attempt / "build.ninja", ninja_file(local))
+        ninja = find_ninja()
+        if ninja is not None:
+            steps = [[ninja, "-C", str(attempt), "-j", str(max(1, jobs))]]
+        else:  # no ninja: the same commands, one after another
+            steps = [local.compile_argv(*unit) for unit in local.compiles] + [local.link_argv()]
+        log_parts, failed = [], False
+        for argv in steps:
+            done = _run_step(argv, attempt)
+            log_parts.append(f"$ {shlex.join(argv)}\n{done.stdout}{done.stderr}")
+            if done.returncode != 0:
+                failed = True
+                break
+        log = "\n".join(log_parts)
+        atomic_write_text(build_dir / "build.log", log)
+        if failed:
+            raise BuildError(module, build_dir, "\n".join(log.splitlines()[-40:]))
+        Path(commands.output).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(local.output, commands.output)
+    finally:
+        shutil.rmtree(attempt, ignore_errors=True)
     return "nvcc" if ninja is None else "ninja"

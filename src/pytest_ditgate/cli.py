@@ -63,13 +63,23 @@ def _add_summary(sub: argparse._SubParsersAction) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    """Write the HTML page; what had to be left out (bad ledger lines, plots without matplotlib) is
+    listed on stderr, and the page is written anyway."""
     from pathlib import Path
 
+    from pytest_ditgate.errors import DitgateUsageError
     from pytest_ditgate.fsutil import atomic_write_text
-    from pytest_ditgate.verdict.report import render_report
+    from pytest_ditgate.verdict.report import build_report
 
-    out = Path(args.out or Path(args.dir) / "report.html")
-    atomic_write_text(out, render_report(Path(args.dir)))
+    root = Path(args.dir)
+    if not root.is_dir():
+        raise DitgateUsageError(f"--dir {root}: no such ledger folder (run pytest --ditgate first, or name the "
+                                "folder given to --ditgate-dir)")
+    out = Path(args.out or root / "report.html")
+    page = build_report(root)
+    for note in page.notes:
+        print(f"ditgate report: note: {note}", file=sys.stderr)
+    atomic_write_text(out, page.html)
     print(f"wrote {out}")
     return 0
 
@@ -122,21 +132,44 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 }
 
 
+#: exit status of a usage error (bad argument, profile, contract, ledger folder...), as pytest's
+EXIT_USAGE = 4
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that exits with :data:`EXIT_USAGE` on a bad argument, like every other ditgate usage error."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.print_usage(sys.stderr)
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message}\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="ditgate", description="GPU correctness, speed and quality gates")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="ditgate", description="GPU correctness, speed and quality gates")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in COMMANDS.values():
         add(sub)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one subcommand. Bad input is one line on stderr and exit 4; an I/O failure one line and exit 1;
+    never a traceback for either."""
+    from pytest_ditgate.errors import DitgateUsageError
+    from pytest_ditgate.fsutil import CorruptFile
+
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
     except KeyboardInterrupt:
         return 130
+    except (DitgateUsageError, CorruptFile) as exc:
+        print(f"ditgate {args.command}: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except OSError as exc:
+        print(f"ditgate {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -40,6 +40,10 @@ class DitgateContext:
         artefact_dir = Path(raw_dir) if raw_dir else Path(config.rootpath) / ".ditgate"
         if not artefact_dir.is_absolute():
             artefact_dir = Path(config.rootpath) / artefact_dir
+        if artefact_dir.exists() and not artefact_dir.is_dir():
+            source = "DITGATE_DIR" if not options.get_option(config, options.ARTEFACT_DIR) else "--ditgate-dir"
+            raise pytest.UsageError(f"{source}={raw_dir}: {artefact_dir} is a file, not a folder; the run "
+                                    "artefacts (ledgers, environment.json, images) need a folder")
         return cls(
             enabled=bool(options.get_option(config, options.ENABLE)),
             target=options.get_option(config, options.TARGET),
@@ -56,7 +60,13 @@ class DitgateContext:
         return self._device
 
     def artefact_path(self, *parts: str) -> Path:
-        """A path under the artefact folder, its parent created."""
+        """A path under the artefact folder, its parent created. A folder ditgate creates gets a
+        ``.gitignore`` of ``*`` (as ``.pytest_cache`` does), so ledgers and lock files stay out of git."""
+        if not self.artefact_dir.exists():
+            from pytest_ditgate.fsutil import ensure_gitignore
+
+            self.artefact_dir.mkdir(parents=True, exist_ok=True)
+            ensure_gitignore(self.artefact_dir)
         path = self.artefact_dir.joinpath(*parts)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path

@@ -87,10 +87,19 @@ def workspaces(artefact_dir: str | None = None) -> dict[str, str]:
 def run_doctor(*, target: str | None = None, artefact_dir: str | None = None) -> DoctorReport:
     from pytest_ditgate.device import current_device, real_device
 
-    device = current_device()
+    from pytest_ditgate.errors import DitgateUsageError
+
+    profile_problem = None
+    try:
+        device = current_device()
+    except DitgateUsageError as exc:  # a bad DITGATE_DEVICE_PROFILE: say so, and diagnose the real device
+        profile_problem = f"{PROFILE_ENV}={os.environ.get(PROFILE_ENV)!r}: {exc}; showing the real device instead"
+        device = real_device()
     real = real_device() if device.is_profile else None
     report = DoctorReport(device=device, real_device=real, dependencies=check_dependencies(),
                           workspaces=workspaces(artefact_dir))
+    if profile_problem:
+        report.problems.append(profile_problem)
     for dist, entry in report.dependencies.items():
         if not entry["importable"]:
             text = f"{dist} is not importable ({entry.get('error', 'missing')}): needed for {entry['purpose']}"

@@ -9,6 +9,9 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
+import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +61,25 @@ def lock_for(path: str | os.PathLike[str]):
 
 
 def append_line(path: str | os.PathLike[str], line: str, *, fsync: bool = False) -> None:
-    """Append one line under a file lock with a single ``write`` call, so no reader sees half a line."""
-    if "\n" in line:
+    """Append one line under a file lock with a single ``write`` call, so no reader sees half a line.
+
+    Newline-safe: when the file does not end in a newline (a writer was killed mid-line), the torn tail
+    is closed first, so the new record starts on its own line and only the torn one is lost (readers
+    report it), never the new one glued onto it.
+    """
+    if "\n" in line or "\r" in line:
         raise ValueError("a ledger line must not contain a newline")
     data = (line + "\n").encode("utf-8")
     with lock_for(path):
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            os.write(fd, data)
+            size = os.fstat(fd).st_size
+            if size and os.pread(fd, 1, size - 1) != b"\n":
+                data = b"\n" + data
+            view = memoryview(data)
+            while view:  # a short write (full disk, signal) must not leave the rest unwritten silently
+                written = os.write(fd, view)
+                view = view[written:]
             if fsync:
                 os.fsync(fd)
         finally:
@@ -76,24 +90,126 @@ def append_jsonl(path: str | os.PathLike[str], record: dict[str, Any], *, fsync:
     append_line(path, json.dumps(record, sort_keys=True, default=str, allow_nan=True), fsync=fsync)
 
 
-def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[int]]:
-    """All records of a JSONL file and the 1-based numbers of lines that did not parse (never raises on them)."""
+class LedgerWarning(UserWarning):
+    """A ledger or record file had lines or content that had to be skipped (the message says which)."""
+
+
+@dataclass(frozen=True)
+class JsonlContent:
+    """What :func:`read_jsonl_report` found: the records, and the 1-based line numbers it skipped."""
+
+    path: Path
+    records: list[dict[str, Any]]
+    bad: list[int]
+
+    def skipped_message(self) -> str | None:
+        """``<path>: skipped 2 unreadable line(s) (3, 7)``, or None when every line was read."""
+        if not self.bad:
+            return None
+        shown = ", ".join(str(n) for n in self.bad[:10]) + (", ..." if len(self.bad) > 10 else "")
+        return (f"{self.path}: skipped {len(self.bad)} unreadable line(s) ({shown}): not a JSON object "
+                "(a torn write or a hand edit)")
+
+
+def read_jsonl_report(path: str | os.PathLike[str]) -> JsonlContent:
+    """Every JSON-object line of ``path`` and the numbers of the lines skipped (bad JSON, not an object,
+    not UTF-8). A missing file is empty. Never raises on content."""
+    file = Path(path)
     records: list[dict[str, Any]] = []
     bad: list[int] = []
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        raw = file.read_bytes()
     except FileNotFoundError:
-        return records, bad
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
+        return JsonlContent(file, records, bad)
+    for number, chunk in enumerate(raw.split(b"\n"), start=1):
+        if not chunk.strip():
             continue
         try:
-            value = json.loads(line)
-        except json.JSONDecodeError:
+            value = json.loads(chunk.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError):
             bad.append(number)
             continue
         if isinstance(value, dict):
             records.append(value)
         else:
             bad.append(number)
-    return records, bad
+    return JsonlContent(file, records, bad)
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[int]]:
+    """All records of a JSONL file and the 1-based numbers of lines that did not parse (never raises on them)."""
+    content = read_jsonl_report(path)
+    return content.records, content.bad
+
+
+def read_jsonl_warn(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The records of ``path``; skipped lines are reported as a :class:`LedgerWarning` naming them."""
+    content = read_jsonl_report(path)
+    message = content.skipped_message()
+    if message:
+        warnings.warn(LedgerWarning(message), stacklevel=2)
+    return content.records
+
+
+class CorruptFile(ValueError):
+    """A record file that exists but cannot be read as what it should be (the message names it)."""
+
+
+def decode_json_object(data: bytes, where: str) -> dict[str, Any]:
+    """``data`` as a JSON object; :class:`CorruptFile` starting with ``where`` when it is not UTF-8, not
+    JSON, or not an object."""
+    try:
+        value = json.loads(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise CorruptFile(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    except ValueError as exc:
+        raise CorruptFile(f"{where}: not valid JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise CorruptFile(f"{where}: must hold a JSON object, found {type(value).__name__}")
+    return value
+
+
+def read_json_object(path: str | os.PathLike[str], *, what: str = "record") -> dict[str, Any] | None:
+    """The JSON object in ``path``; None when the file is absent; :class:`CorruptFile` (naming the file
+    and the problem) when it is not UTF-8, not JSON, or not an object. Callers check the fields they need."""
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        return None
+    return decode_json_object(data, f"{what} {file}")
+
+
+def remove_stale_temps(folder: str | os.PathLike[str], *, older_than_s: float = 0.0, recursive: bool = True) -> list[Path]:
+    """Remove temporary files left by killed :func:`atomic_write_bytes` calls (``.<name>.*.tmp``).
+
+    Call it while holding the lock that guards writes into ``folder`` (then ``older_than_s=0`` is safe:
+    no write can be in flight); returns what was removed.
+    """
+    root = Path(folder)
+    if not root.is_dir():
+        return []
+    now = time.time()
+    removed = []
+    for tmp in (root.rglob(".*.tmp") if recursive else root.glob(".*.tmp")):
+        try:
+            if tmp.is_file() and now - tmp.stat().st_mtime >= older_than_s:
+                tmp.unlink()
+                removed.append(tmp)
+        except OSError:
+            continue
+    return removed
+
+
+GITIGNORE_TEXT = "# created by pytest-ditgate: run artefacts (ledgers, locks, images) stay out of version control\n*\n"
+
+
+def ensure_gitignore(folder: str | os.PathLike[str]) -> None:
+    """Put a ``.gitignore`` ignoring everything into a generated folder (like ``.pytest_cache``), once."""
+    target = Path(folder) / ".gitignore"
+    if target.exists():
+        return
+    try:
+        atomic_write_text(target, GITIGNORE_TEXT)
+    except OSError:
+        pass  # a read-only folder: the hint is a courtesy, never a failure

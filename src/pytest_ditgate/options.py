@@ -7,6 +7,7 @@ command line, then ``[tool.pytest.ini_options]``, then the default.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -45,11 +46,18 @@ def _argparse_type(spec: OptionSpec) -> Callable[[str], Any] | None:
         import argparse
 
         try:
-            return parse(text)
+            return finite(parse(text))
         except ValueError as exc:
             raise argparse.ArgumentTypeError(f"{spec.flag}: {exc}") from None
 
     return checked
+
+
+def finite(value: Any) -> Any:
+    """``value``, unless it is a float that is NaN or infinite (no ditgate option means those)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"must be a finite number, got {value!r}")
+    return value
 
 
 def add_options(parser: pytest.Parser, specs: Iterable[OptionSpec]) -> None:
@@ -72,7 +80,10 @@ def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
     value = config.getoption(spec.dest, default=None)
     if value is not None:
         return value
-    raw = config.getini(spec.ini)
+    try:
+        raw = config.getini(spec.ini)
+    except ValueError as exc:  # a bool ini key holding "maybe"
+        raise pytest.UsageError(f"ini option {spec.ini}: {exc}; use true or false") from None
     if spec.kind == "bool":
         return bool(raw)
     if raw in ("", None):
@@ -81,10 +92,16 @@ def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
         raise pytest.UsageError(f"ini option {spec.ini}={raw!r}: choose from {', '.join(spec.choices)}")
     if spec.parse is not None:
         try:
-            return spec.parse(raw)
+            return finite(spec.parse(raw))
         except ValueError as exc:
             raise pytest.UsageError(f"ini option {spec.ini}={raw!r}: {exc}") from None
     return raw
+
+
+def validate_all(config: pytest.Config, specs: Iterable[OptionSpec]) -> None:
+    """Read every option once, so that a bad ini value is a usage error at start, not when first used."""
+    for spec in specs:
+        get_option(config, spec)
 
 
 def positive_int(text: str) -> int:
@@ -97,7 +114,7 @@ def positive_int(text: str) -> int:
 
 def positive_float(text: str) -> float:
     """``type=`` parser: a number > 0."""
-    value = float(text)
+    value = finite(float(text))
     if value <= 0:
         raise ValueError(f"must be > 0, got {value}")
     return value

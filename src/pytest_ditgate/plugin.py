@@ -69,6 +69,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.stash[context_key] = context
     if not context.enabled:
         _refuse_gate_flags_without_gates(config)
+    else:  # every ini value checked now: a typo is exit 4 before any test, not an error in the 50th
+        options.validate_all(config, concern_options())
     names = ALWAYS + (WHEN_ENABLED if context.enabled else ())
     for module in _modules(names):
         if not config.pluginmanager.is_registered(module):

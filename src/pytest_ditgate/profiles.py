@@ -7,13 +7,14 @@ live in ``pytest_ditgate/profiles/``; a user profile is any JSON file with the s
 from __future__ import annotations
 
 import dataclasses
-import json
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pytest_ditgate import toolchain
+from pytest_ditgate.device import SDPA_BACKENDS
 from pytest_ditgate.errors import ProfileError
+from pytest_ditgate.fsutil import CorruptFile, decode_json_object
 
 REQUIRED_FIELDS = ("name", "arch")
 
@@ -25,41 +26,97 @@ def shipped_profiles() -> list[str]:
 
 
 def read_profile(spec: str) -> dict[str, Any]:
-    """Raw profile data for a shipped name or a JSON file path."""
+    """Raw profile data for a shipped name or a JSON file path, every field validated.
+
+    Any problem is a :class:`ProfileError` naming the profile and the field, with the allowed values.
+    """
+    if not isinstance(spec, str) or not spec.strip():
+        raise ProfileError(f"device profile name {spec!r} is empty; shipped profiles: {', '.join(shipped_profiles())} "
+                           "(or give a path to a JSON file)")
     looks_like_path = spec.endswith(".json") or "/" in spec or "\\" in spec
     if looks_like_path:
         path = Path(spec).expanduser()
         if not path.is_file():
             raise ProfileError(f"device profile file {spec!r} does not exist")
-        text = path.read_text(encoding="utf-8")
         origin = str(path)
+        try:
+            raw = path.read_bytes()
+        except OSError as exc:
+            raise ProfileError(f"device profile {origin}: cannot read ({exc.strerror or exc})") from None
     else:
         entry = resources.files("pytest_ditgate") / "profiles" / f"{spec}.json"
-        if not entry.is_file():
+        if not _plain_name(spec) or not entry.is_file():
             raise ProfileError(
                 f"unknown device profile {spec!r}; shipped profiles: {', '.join(shipped_profiles())} "
                 "(or give a path to a JSON file)"
             )
-        text = entry.read_text(encoding="utf-8")
+        raw = entry.read_bytes()
         origin = spec
     try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"device profile {origin}: not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise ProfileError(f"device profile {origin}: expected a JSON object")
-    missing = [name for name in REQUIRED_FIELDS if name not in data]
-    if missing:
-        raise ProfileError(f"device profile {origin}: missing field(s) {', '.join(missing)}")
+        data = decode_json_object(raw, f"device profile {origin}")
+    except CorruptFile as exc:
+        raise ProfileError(str(exc)) from None
+    validate_profile(data, origin)
     arch = data["arch"]
-    if arch != "cpu" and not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit()):
-        raise ProfileError(f"device profile {origin}: arch must be 'cpu' or like 'sm_86', got {arch!r}")
     if arch != "cpu" and data.get("cc") is None:
         digits = arch[3:]
         data["cc"] = [int(digits[:-1]), int(digits[-1])]
     data.setdefault("profile", Path(origin).stem if looks_like_path else spec)
     data["_origin"] = origin
     return data
+
+
+def _plain_name(spec: str) -> bool:
+    return spec.replace("_", "").replace("-", "").replace(".", "").isalnum() and not spec.startswith(".")
+
+
+#: field -> (what it must be, check); ``None`` is allowed where the check says so
+_STR = ("a string", lambda v: isinstance(v, str))
+_OPT_STR = ("a string or null", lambda v: v is None or isinstance(v, str))
+_BOOL = ("true or false", lambda v: isinstance(v, bool))
+_OPT_COUNT = ("a positive integer or null", lambda v: v is None or (type(v) is int and v > 0))
+_OPT_INDEX = ("an integer >= 0 or null", lambda v: v is None or (type(v) is int and v >= 0))
+FIELDS: dict[str, tuple[str, Any]] = {
+    "name": _STR, "arch": ("'cpu' or like 'sm_86'", None), "cc": ("[major, minor] integers or null", None),
+    "profile": _STR, "description": _OPT_STR, "match_name": _OPT_STR, "uuid": _OPT_STR,
+    "sm_count": _OPT_COUNT, "l2_bytes": _OPT_COUNT, "total_memory_bytes": _OPT_COUNT,
+    "free_memory_bytes": _OPT_INDEX, "driver": _OPT_STR, "cuda_runtime": _OPT_STR, "torch": _OPT_STR,
+    "triton": _OPT_STR, "nvcc": _OPT_STR, "bf16": _BOOL, "fp8": _BOOL, "tf32": _BOOL, "nvml": _BOOL,
+    "sdpa": ("an object of backend -> true/false", None), "gpu_count": ("an integer >= 0", lambda v: type(v) is int and v >= 0),
+    "index": _OPT_INDEX, "cpu_reason": _OPT_STR,
+}
+
+
+def validate_profile(data: dict[str, Any], origin: str) -> None:
+    """Check every field of a profile; unknown fields and wrong types raise :class:`ProfileError`."""
+    where = f"device profile {origin}"
+    missing = [name for name in REQUIRED_FIELDS if name not in data]
+    if missing:
+        raise ProfileError(f"{where}: missing field(s) {', '.join(missing)} (required: {', '.join(REQUIRED_FIELDS)})")
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise ProfileError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(FIELDS)}")
+    for name, (allowed, check) in FIELDS.items():
+        if name in data and check is not None and not check(data[name]):
+            raise ProfileError(f"{where}: field {name!r} must be {allowed}, got {data[name]!r}")
+    arch = data["arch"]
+    if arch != "cpu" and not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit()
+                              and len(arch) >= 5):
+        raise ProfileError(f"{where}: arch must be 'cpu' or like 'sm_86', got {arch!r}")
+    cc = data.get("cc")
+    if cc is not None:
+        if not (isinstance(cc, list) and len(cc) == 2 and all(type(x) is int and x >= 0 for x in cc)):
+            raise ProfileError(f"{where}: field 'cc' must be [major, minor] integers (like [8, 6]) or null, got {cc!r}")
+        if arch != "cpu" and f"sm_{cc[0]}{cc[1]}" != arch:
+            raise ProfileError(f"{where}: cc {cc!r} does not match arch {arch!r}")
+    sdpa = data.get("sdpa")
+    if sdpa is not None:
+        if not isinstance(sdpa, dict):
+            raise ProfileError(f"{where}: field 'sdpa' must be an object of backend -> true/false, got {sdpa!r}")
+        for backend, works in sdpa.items():
+            if backend not in SDPA_BACKENDS or not isinstance(works, bool):
+                raise ProfileError(f"{where}: sdpa.{backend} = {works!r}: backends are {', '.join(SDPA_BACKENDS)}, "
+                                   "each true or false")
 
 
 def load_profile(spec: str):

@@ -6,6 +6,7 @@ rejects unknown keys and malformed specs; evaluation returns the exact list of w
 
 from __future__ import annotations
 
+import math
 import operator
 import re
 from dataclasses import dataclass
@@ -77,10 +78,12 @@ def parse_version_spec(spec: Any, *, what: str, arch: bool = False) -> VersionSp
         raise DitgateUsageError(f"{what}: empty list")
     alternatives = []
     for item in items:
-        if isinstance(item, (int, float)) and not isinstance(item, bool):
+        if isinstance(item, (int, float)) and not isinstance(item, bool) and arch:
+            if not math.isfinite(item):
+                raise DitgateUsageError(f"{what}: expected a version like '>=8.0', got {item!r}")
             item = str(item)
         if not isinstance(item, str):
-            raise DitgateUsageError(f"{what}: expected a string like '>=8.0', got {item!r}")
+            raise DitgateUsageError(f"{what}: expected a string like '>=8.0' (or a list of them), got {item!r}")
         text = item.strip()
         range_match = re.fullmatch(r"([\w.]+)\s*-\s*([\w.]+)", text)
         if range_match and not text.startswith(("<", ">", "=", "!")):
@@ -96,7 +99,32 @@ def parse_version_spec(spec: Any, *, what: str, arch: bool = False) -> VersionSp
             clauses.append((op, parse_version(match.group(2), arch=arch)))
         alternatives.append(tuple(clauses))
     text = ", ".join(str(i) for i in items)
-    return VersionSpec(tuple(alternatives), text)
+    spec = VersionSpec(tuple(alternatives), text)
+    for index, clauses in enumerate(spec.alternatives):
+        if not _satisfiable(clauses, arch=arch):
+            which = f" (alternative {items[index]!r})" if len(items) > 1 else ""
+            raise DitgateUsageError(f"{what}: {items[index]!r}{which} can never hold: no version satisfies every "
+                                    "clause (a test marked with it would skip everywhere)")
+    return spec
+
+
+def _satisfiable(clauses: tuple[tuple[str, Version], ...], *, arch: bool = False) -> bool:
+    """Whether some version meets every clause. A compute capability is (major, single-digit minor), so
+    every one is tried; for a tool version a conjunction of comparisons is an interval (minus a few
+    points), so it is enough to try each bound, just above it, just below it, and the extremes."""
+    spec = VersionSpec((clauses,), "")
+    if arch:
+        return any(spec.matches((major, minor)) for major in range(256) for minor in range(10))
+    probes: set[Version] = {(0,), (10**6,)}
+    for _, bound in clauses:
+        probes.add(bound)
+        probes.add(bound + (1,))
+        probes.add(bound + (0, 1))
+        for i in range(len(bound)):
+            if bound[i] > 0:
+                probes.add(bound[:i] + (bound[i] - 1, 10**6))
+            probes.add(bound[:i] + (bound[i] + 1,))
+    return any(spec.matches(probe) for probe in probes)
 
 
 def _display_spec(spec: VersionSpec, prefix: str) -> str:
@@ -133,8 +161,14 @@ def _flag(key: str, value: Any) -> bool:
 
 
 def _tool(key: str, value: Any) -> VersionSpec | bool:
+    """``True``/``False``, or a version spec string (or list of them); a bare number is ambiguous
+    (``triton=1``: a flag? version 1?) and refused."""
     if isinstance(value, bool):
         return value
+    items = value if isinstance(value, (list, tuple)) else [value]
+    if not items or not all(isinstance(item, str) for item in items):
+        raise DitgateUsageError(f"requires_gpu({key}=...) takes True, False or a version spec string like "
+                                f"'>=12.4' (or a list of them), got {value!r}")
     return parse_version_spec(value, what=f"requires_gpu({key}=...)")
 
 
@@ -154,18 +188,25 @@ def parse_requirements(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Require
         fields["cc"] = parse_version_spec(kwargs["cc"], what="requires_gpu(cc=...)", arch=True)
     if "min_memory_gb" in kwargs:
         value = kwargs["min_memory_gb"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise DitgateUsageError(f"requires_gpu(min_memory_gb=...) takes a positive number, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise DitgateUsageError(f"requires_gpu(min_memory_gb=...) takes a finite positive number of GB, "
+                                    f"got {value!r}")
         fields["min_memory_gb"] = float(value)
     for key in ("bf16", "fp8", "tf32"):
         if key in kwargs:
             fields[key] = _flag(key, kwargs[key])
     if "sdpa" in kwargs:
         raw = kwargs["sdpa"]
-        names = [raw] if isinstance(raw, str) else list(raw)
+        if isinstance(raw, str):
+            names = [raw]
+        elif isinstance(raw, (list, tuple, set, frozenset)) and raw:
+            names = list(raw)
+        else:
+            raise DitgateUsageError(f"requires_gpu(sdpa=...) takes a backend name or a non-empty list of them "
+                                    f"({', '.join(SDPA_BACKENDS)}), got {raw!r}")
         backends = []
         for name in names:
-            canonical = _SDPA_ALIASES.get(str(name).lower())
+            canonical = _SDPA_ALIASES.get(name.lower()) if isinstance(name, str) else None
             if canonical is None:
                 raise DitgateUsageError(
                     f"requires_gpu(sdpa=...): unknown backend {name!r}; known: {', '.join(SDPA_BACKENDS)}"
@@ -181,7 +222,9 @@ def parse_requirements(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Require
         if key in kwargs:
             fields[key] = _tool(key, kwargs[key])
     if "why" in kwargs:
-        fields["why"] = str(kwargs["why"])
+        if not isinstance(kwargs["why"], str) or not kwargs["why"].strip():
+            raise DitgateUsageError(f"requires_gpu(why=...) takes a non-empty string, got {kwargs['why']!r}")
+        fields["why"] = kwargs["why"]
     return Requirements(**fields)
 
 
@@ -192,7 +235,8 @@ def _gib(n: int | None) -> str:
 def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
     """Each requirement the device does not meet, worded for a skip reason (empty: all met)."""
     if not device.is_cuda:
-        return ["a CUDA GPU"]
+        stated = describe(req)
+        return [f"a CUDA GPU with {', '.join(stated)}" if stated else "a CUDA GPU"]
     missing: list[str] = []
     if req.cc is not None and (device.cc is None or not req.cc.matches(device.cc)):
         missing.append(_display_spec(req.cc, "sm"))
@@ -220,6 +264,23 @@ def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
         elif isinstance(spec, VersionSpec) and not spec.matches(parse_version(version.split("+")[0])):
             missing.append(f"{tool} {spec.text} (found {version})")
     return missing
+
+
+def describe(req: Requirements) -> list[str]:
+    """Every requirement ``req`` states, worded as in skip reasons (``sm>=8.0``, ``bf16``, ...)."""
+    stated: list[str] = []
+    if req.cc is not None:
+        stated.append(_display_spec(req.cc, "sm"))
+    if req.gpus > 1:
+        stated.append(f"{req.gpus} GPUs")
+    if req.min_memory_gb is not None:
+        stated.append(f"{req.min_memory_gb:g} GB of device memory")
+    stated += [flag for flag in ("bf16", "fp8", "tf32") if getattr(req, flag)]
+    stated += [f"the {backend} SDPA backend" for backend in req.sdpa]
+    for tool, spec in (("nvcc", req.nvcc), ("triton", req.triton)):
+        if spec is not False:
+            stated.append(tool if spec is True else f"{tool} {spec.text}")
+    return stated
 
 
 def skip_reason(req: Requirements, device: DeviceInfo) -> str | None:

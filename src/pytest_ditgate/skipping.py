@@ -52,6 +52,26 @@ def evaluate_device_marks(requirements: list["Requirements"], device: "DeviceInf
     return None
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """With the gates on, a device profile named by ``DITGATE_DEVICE_PROFILE`` is read and validated now:
+    a bad one is a usage error (exit 4) before any test runs, never an INTERNALERROR later."""
+    if not get_context(config).enabled:
+        return  # inert: nothing reads the profile, and nothing heavy is imported
+    import os
+
+    from pytest_ditgate.device import PROFILE_ENV
+    from pytest_ditgate.profiles import read_profile
+
+    spec = os.environ.get(PROFILE_ENV)
+    if not spec:
+        return
+
+    try:
+        read_profile(spec)
+    except DitgateUsageError as exc:
+        raise pytest.UsageError(f"{PROFILE_ENV}={spec!r}: {exc}") from None
+
+
 def is_gate_test(item: pytest.Item) -> bool:
     fixturenames = set(getattr(item, "fixturenames", ()))
     return bool(fixturenames & GATE_FIXTURES) or any(item.get_closest_marker(m) for m in GATE_MARKERS)

@@ -27,12 +27,25 @@ class DitBench:
     record_comparison: Callable[[Comparison, float, bool], None]
     checks: Callable[[], list[tuple[str, bool, str | None]]]
     best: Callable[[Measurement], dict[str, Any] | None] = lambda m: None
-    feed: Callable[[Measurement], None] | None = None
+    #: hands one result to pytest-benchmark (``--benchmark-json``): a Measurement, plus extra_info for a pair
+    feed: Callable[..., None] | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
     measurements: list[Measurement] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
+    _fed: bool = False
+
+    def _feed(self, m: Measurement, extra: dict[str, Any] | None = None) -> None:
+        """pytest-benchmark takes one result per test: the first measurement or pair's candidate."""
+        if self.feed is None or self._fed:
+            return
+        self._fed = True
+        if extra is None:
+            self.feed(m)
+        else:
+            self.feed(m, extra)
 
     def _refuse_unchecked(self) -> None:
+        __tracebackhide__ = True
         failed = [(label, reason) for label, passed, reason in self.checks() if not passed]
         if failed:
             detail = ", ".join(f"{label} ({reason})" for label, reason in failed)
@@ -46,14 +59,14 @@ class DitBench:
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **opts: Any) -> Measurement:
         """Measure ``fn(*args)`` (options as for :func:`pytest_ditgate.measure`) and record it."""
+        __tracebackhide__ = True
         self._refuse_unchecked()
         opts = self._options(opts)
         opts.setdefault("label", self.test.rsplit("::", 1)[-1])
         m = measure(fn, *args, **opts)
         self.measurements.append(m)
         self.record_measurement(m)
-        if self.feed is not None and len(self.measurements) == 1:
-            self.feed(m)
+        self._feed(m)
         return m
 
     def pair(self, candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any,
@@ -62,8 +75,10 @@ class DitBench:
         candidate faster than the reference by at least ``min_speedup`` (negative: allowed slowdown).
 
         ``beat_best=True`` also requires the CI bound to beat the best ratio recorded for this test, arch
-        and lane (same driver and torch) in the ledger.
+        and lane (same driver and torch) in the ledger. For ``--benchmark-json`` the candidate's samples
+        are the test's result, with the reference, ratio and interval in ``extra_info``.
         """
+        __tracebackhide__ = True
         self._refuse_unchecked()
         opts = self._options(opts)
         c = measure_pair(candidate, reference, *args, **opts)
@@ -80,6 +95,9 @@ class DitBench:
                 problem = (f"candidate does not beat the recorded best ratio {float(best['ratio']):.4f} "
                            f"(recorded {best.get('comparison', {}).get('a', {}).get('time_utc', '?')}): {c.describe()}")
         self.record_comparison(c, min_speedup, passed)
+        from pytest_ditgate.bench.pytest_benchmark_bridge import pair_info
+
+        self._feed(c.a, pair_info(c, min_speedup, passed))
         if problem is not None:
             raise GateFailure("too_slow", problem, report=c)
         return c

@@ -11,7 +11,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ditgate.fsutil import append_jsonl, read_jsonl
+import math
+import warnings
+
+from pytest_ditgate.fsutil import LedgerWarning, append_jsonl, ensure_gitignore, read_jsonl, read_jsonl_report
 
 if TYPE_CHECKING:
     from pytest_ditgate.bench.comparison import Comparison
@@ -32,7 +35,9 @@ class Ledger:
         self.path = Path(path)
 
     def append(self, record: dict[str, Any]) -> dict[str, Any]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self.path.parent.exists():
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            ensure_gitignore(self.path.parent)
         append_jsonl(self.path, record)
         return record
 
@@ -53,13 +58,42 @@ class Ledger:
         """All records and the line numbers that did not parse."""
         return read_jsonl(self.path)
 
+    def comparisons(self) -> list[dict[str, Any]]:
+        """Every well-formed comparison record; lines that are not JSON objects, and comparison records of
+        the wrong shape (no finite ``ratio``/``ci_low``/``ci_high``), are skipped with a :class:`LedgerWarning`."""
+        content = read_jsonl_report(self.path)
+        problems = [content.skipped_message()] if content.bad else []
+        good, shapeless = [], 0
+        for record in content.records:
+            if record.get("kind") != "comparison":
+                continue
+            if well_formed_comparison(record):
+                good.append(record)
+            else:
+                shapeless += 1
+        if shapeless:
+            problems.append(f"{self.path}: skipped {shapeless} comparison record(s) without a finite ratio, "
+                            "ci_low and ci_high")
+        for problem in problems:
+            warnings.warn(LedgerWarning(problem), stacklevel=3)
+        return good
+
     def best(self, *, test: str, arch: str, lane: str, driver: str | None, torch: str | None) -> dict[str, Any] | None:
         """The passed comparison with the lowest ratio for (test, arch, lane) under the same driver and torch.
 
         Records from another arch, driver or torch are never returned: their ratios are not comparable.
         """
-        records, _ = self.read()
-        matching = [r for r in records if r.get("kind") == "comparison" and r.get("test") == test
+        matching = [r for r in self.comparisons() if r.get("test") == test
                     and r.get("arch") == arch and r.get("lane") == lane and r.get("driver") == driver
                     and r.get("torch") == torch and r.get("passed") is not False]
         return min(matching, key=lambda r: float(r["ratio"]), default=None)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def well_formed_comparison(record: dict[str, Any]) -> bool:
+    """A comparison record the report and the best lookup can use: finite ratio and interval, str names."""
+    return (all(_finite(record.get(key)) for key in ("ratio", "ci_low", "ci_high"))
+            and isinstance(record.get("test", ""), str) and isinstance(record.get("lane", ""), str))

@@ -65,10 +65,10 @@ def _benchmark_feeder(request: pytest.FixtureRequest) -> Callable[[Any], None] |
     if "benchmark" in request.fixturenames:  # the test drives pytest-benchmark itself
         return None
 
-    def feed(m: Any) -> None:
+    def feed(m: Any, extra: dict[str, Any] | None = None) -> None:
         from pytest_ditgate.bench.pytest_benchmark_bridge import feed_measurement
 
-        feed_measurement(request, m)
+        feed_measurement(request, m, extra)
 
     return feed
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
 
 
@@ -59,8 +60,25 @@ def extra_info(m: Measurement) -> dict[str, Any]:
     }
 
 
-def feed_measurement(request: pytest.FixtureRequest, m: Measurement) -> None:
-    """Record ``m`` as this test's pytest-benchmark result (the fixture is used once, on the first call)."""
+def pair_info(c: Comparison, min_speedup: float | None, passed: bool | None) -> dict[str, Any]:
+    """What a ``ditbench.pair`` adds to the candidate's ``extra_info``: reference, ratio and its interval."""
+    return {
+        "ditgate_pair": True,
+        "ditgate_pair_reference": c.b.name,
+        "ditgate_pair_reference_median_ms": c.b.median_ms,
+        "ditgate_pair_ratio": c.ratio,
+        "ditgate_pair_ci_low": c.ci_low,
+        "ditgate_pair_ci_high": c.ci_high,
+        "ditgate_pair_confidence": c.confidence,
+        "ditgate_pair_method": c.method,
+        "ditgate_pair_min_speedup": min_speedup,
+        "ditgate_pair_passed": passed,
+    }
+
+
+def feed_measurement(request: pytest.FixtureRequest, m: Measurement, extra: dict[str, Any] | None = None) -> None:
+    """Record ``m`` as this test's pytest-benchmark result (the fixture is used once, on the first call);
+    ``extra`` (a pair's :func:`pair_info`) joins our provenance in ``extra_info``."""
     node = request.node
     existing = node.get_closest_marker("benchmark")
     kwargs = dict(existing.kwargs) if existing else {}
@@ -69,4 +87,5 @@ def feed_measurement(request: pytest.FixtureRequest, m: Measurement) -> None:
     node.add_marker(pytest.mark.benchmark(**kwargs), append=False)
     benchmark = request.getfixturevalue("benchmark")
     benchmark.extra_info.update(extra_info(m))
+    benchmark.extra_info.update(extra or {})
     benchmark.pedantic(lambda: None, rounds=len(m.samples_ms), iterations=1, warmup_rounds=0)

@@ -37,7 +37,11 @@ class GoldenPluginState:
 def golden_dir(config: pytest.Config) -> Path:
     raw = options.get_option(config, GOLDEN_DIR)
     path = Path(raw) if raw else Path(config.rootpath) / "golden"
-    return path if path.is_absolute() else Path(config.rootpath) / path
+    path = path if path.is_absolute() else Path(config.rootpath) / path
+    if path.exists() and not path.is_dir():
+        raise pytest.UsageError(f"--ditgate-golden-dir={raw}: {path} is a file, not a folder (the golden store "
+                                "holds manifest.json and <device key>/*.safetensors)")
+    return path
 
 
 def golden_mode(config: pytest.Config) -> str:

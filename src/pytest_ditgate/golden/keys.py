@@ -43,7 +43,7 @@ class KeyStep:
 
 def validate_key(key: str) -> str:
     """``key`` if it is a device key (``cpu`` or ``sm_XY``), else ``ValueError``."""
-    if not isinstance(key, str) or not _KEY.match(key):
+    if not isinstance(key, str) or not _KEY.fullmatch(key):
         raise ValueError(f"bad golden device key {key!r}: use 'cpu' or an arch such as 'sm_86' "
                          "(a machine key adds '.' and 8 hex digits: 'cpu.1a2b3c4d')")
     return key

@@ -8,6 +8,7 @@ are verified against it; it is rewritten only by :meth:`Manifest.save` under a f
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -16,6 +17,7 @@ from pytest_ditgate.fsutil import atomic_write_json
 
 MANIFEST_NAME = "manifest.json"
 VERSION = 1
+_SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
 class ManifestError(ValueError):
@@ -40,12 +42,27 @@ class GoldenEntry:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str) -> "GoldenEntry":
-        try:
-            return cls(name=str(data["name"]), key=str(data["key"]), file=str(data["file"]),
-                       sha256=str(data["sha256"]), size=int(data["size"]), tensors=dict(data["tensors"]),
-                       provenance=dict(data.get("provenance", {})))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ManifestError(f"{where}: malformed entry ({exc!r})") from None
+        """An entry from its manifest JSON, every field checked; ManifestError naming ``where`` otherwise."""
+        if not isinstance(data, dict):
+            raise ManifestError(f"{where}: an entry must be an object, got {type(data).__name__}")
+        missing = [key for key in ("name", "key", "file", "sha256", "size", "tensors") if key not in data]
+        if missing:
+            raise ManifestError(f"{where}: malformed entry (missing {', '.join(missing)})")
+        for key in ("name", "key", "file", "sha256"):
+            if not isinstance(data[key], str):
+                raise ManifestError(f"{where}: {key} must be a string, got {data[key]!r}")
+        if type(data["size"]) is not int or data["size"] < 0:
+            raise ManifestError(f"{where}: size must be an integer >= 0, got {data['size']!r}")
+        if not _SHA256.fullmatch(data["sha256"]):
+            raise ManifestError(f"{where}: sha256 must be 64 lowercase hex digits, got {data['sha256']!r}")
+        if not isinstance(data["tensors"], dict) or not isinstance(data.get("provenance", {}), dict):
+            raise ManifestError(f"{where}: tensors and provenance must be objects")
+        file = data["file"]
+        if file.startswith(("/", "\\")) or "\\" in file or ".." in file.split("/") or ":" in file:
+            raise ManifestError(f"{where}: file {file!r} must be a relative path inside the golden folder "
+                                "(no '..', no absolute path)")
+        return cls(name=data["name"], key=data["key"], file=file, sha256=data["sha256"], size=data["size"],
+                   tensors=dict(data["tensors"]), provenance=dict(data.get("provenance", {})))
 
 
 @dataclass
@@ -63,11 +80,18 @@ class Manifest:
             data = json.loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return cls(file)
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ManifestError(f"{file}: golden manifest is not valid JSON ({exc})") from None
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise ManifestError(f"{file}: golden manifest is not valid JSON, or not UTF-8 ({exc})") from None
+        except OSError as exc:
+            raise ManifestError(f"{file}: golden manifest cannot be read ({exc.strerror or exc})") from None
         if not isinstance(data, dict) or data.get("version") != VERSION or not isinstance(data.get("entries"), dict):
             raise ManifestError(f"{file}: golden manifest must be {{'version': {VERSION}, 'entries': {{...}}}}")
-        entries = {ident: GoldenEntry.from_dict(raw, f"{file} entry {ident!r}") for ident, raw in data["entries"].items()}
+        entries = {}
+        for ident, raw in data["entries"].items():
+            entry = GoldenEntry.from_dict(raw, f"{file} entry {ident!r}")
+            if entry.id != ident:
+                raise ManifestError(f"{file} entry {ident!r}: its key and name say {entry.id!r}")
+            entries[ident] = entry
         return cls(file, entries)
 
     def get(self, name: str, key: str) -> GoldenEntry | None:

@@ -190,6 +190,13 @@ class GoldenSession:
     # -- writes ----------------------------------------------------------------------------------
     def _queue(self, name: str, key: str, tensors: Mapping[str, Any], *, nodeid: str,
                metadata: Mapping[str, Any] | None, overwrite: bool) -> None:
+        """Queue one golden for :meth:`finish`. Under ``--ditgate-freeze`` a file already on disk that the
+        manifest does not list is never replaced: the test fails naming it (it may be someone's work)."""
+        __tracebackhide__ = True
+        if self.mode == "freeze" and not overwrite:
+            path = self.store.location(name, key)
+            if path.exists() or path.is_symlink():
+                raise GateFailure("golden_untracked", _untracked_message(path, self.store.manifest_path))
         serializer = self.store.serializer
         data = serializer.serialize(tensors, metadata={"name": name, "key": key})
         provenance = dict(self.provenance())
@@ -200,24 +207,84 @@ class GoldenSession:
         self.pending[entry.id] = PendingWrite(entry, data, overwrite)
 
     def finish(self) -> None:
-        """Flush queued writes: files first, then the manifest merged under its lock. Never raises on I/O."""
-        if not self.pending:
+        """Flush queued writes: files first, then the manifest merged under its lock. Never raises on I/O.
+
+        Under the lock, temporary files of killed writes are removed first. ``--ditgate-freeze`` never
+        replaces a file it did not write in this run: a golden another run froze meanwhile is kept (a
+        different value is an error naming both), and so is a file the manifest does not list.
+        """
+        if self.mode == "check":
             return
+        from pytest_ditgate.fsutil import remove_stale_temps
+
         try:
             with lock_for(self.store.manifest_path):
+                remove_stale_temps(self.store.root)
+                if not self.pending:
+                    return
                 manifest = self.store.load_manifest()  # re-read: another worker may have written meanwhile
                 for ident, write in sorted(self.pending.items()):
+                    refusal = self._refusal(manifest, write)
+                    if refusal is not None:
+                        if refusal:
+                            self.write_errors.append(refusal)
+                        continue
                     self.store.write(write.entry.file, write.data)
                     manifest.put(write.entry)
                     (self.overwritten if write.overwrite else self.written).append(ident)
                 manifest.save()
         except (OSError, ManifestError) as exc:
             self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}")
-        self.pending.clear()
-        self._manifest = None
+        finally:
+            self.pending.clear()
+            self._manifest = None
+
+    def _refusal(self, manifest: Manifest, write: PendingWrite) -> str | None:
+        """Why a queued freeze must not be written (``""``: silently skip, the same golden is already there),
+        or None to write it. Refreeze always writes."""
+        if self.mode != "freeze" or write.overwrite:
+            return None
+        entry = write.entry
+        current = manifest.get(entry.name, entry.key)
+        if current is not None:
+            if current.sha256 == entry.sha256 or self._same_tensors(current, write.data):
+                return ""  # a concurrent run froze the very same values
+            return (f"golden {entry.id!r} was frozen by another run while this one ran "
+                    f"({current.provenance.get('command', '?')}, {current.provenance.get('created', '?')}); "
+                    f"kept it, did not write this run's different value: re-run to compare against it")
+        path = self.store.root / entry.file
+        if path.exists() or path.is_symlink():
+            return _untracked_message(path, self.store.manifest_path)
+        return None
+
+
+    def _same_tensors(self, current: GoldenEntry, data: bytes) -> bool:
+        """Whether the golden on disk holds exactly the tensors in ``data`` (the file's header may order its
+        metadata differently from run to run, so equal values need not mean equal bytes)."""
+        try:
+            theirs = self.store.serializer.deserialize((self.store.root / current.file).read_bytes())
+        except Exception:  # unreadable: not the same
+            return False
+        ours = self.store.serializer.deserialize(data)
+        return theirs.keys() == ours.keys() and all(
+            theirs[n].dtype == ours[n].dtype and theirs[n].shape == ours[n].shape
+            and theirs[n].view(-1).view(dtype=_bytes_dtype()).equal(ours[n].view(-1).view(dtype=_bytes_dtype()))
+            for n in ours)
+
+
+def _bytes_dtype() -> Any:
+    import torch
+
+    return torch.uint8
+
+
+def _untracked_message(path: Any, manifest_path: Any) -> str:
+    return (f"golden file {path} exists but {manifest_path} does not list it; --ditgate-freeze never replaces a "
+            "file it did not write: move it away, or overwrite it on purpose with --ditgate-refreeze")
 
 
 def _not_compared_line(names: tuple[str, ...]) -> str:
     """One line naming the optional golden tensors a candidate did not produce (the first few, and a count)."""
     shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
     return f"not compared (optional, not produced by the candidate): {shown}"
+

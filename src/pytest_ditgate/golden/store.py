@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pytest_ditgate.errors import GateFailure
+from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.fsutil import atomic_write_bytes
 from pytest_ditgate.golden.keys import validate_key
 from pytest_ditgate.golden.manifest import MANIFEST_NAME, GoldenEntry, Manifest
@@ -22,7 +22,7 @@ from pytest_ditgate.golden.serializer import SafetensorsSerializer
 if TYPE_CHECKING:
     import torch
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")
 
 
 class GoldenIntegrityError(GateFailure):
@@ -33,8 +33,11 @@ class GoldenIntegrityError(GateFailure):
 
 
 def validate_name(name: str) -> str:
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise ValueError(f"bad golden name {name!r}: use letters, digits, '.', '-' and '_' (it becomes a file name)")
+    """``name`` when it is safe as a file name (letters, digits, ``.``, ``-``, ``_``; no trailing newline,
+    no ``..``); DitgateUsageError (a ValueError) naming the allowed characters otherwise."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name or len(name) > 200:
+        raise DitgateUsageError(f"bad golden name {name!r}: use letters, digits, '.', '-' and '_', starting with a letter "
+                         "or digit, no '..', at most 200 characters (it becomes a file name)")
     return name
 
 
@@ -73,6 +76,13 @@ class GoldenStore:
         path = self.root / entry.file
         hint = "restore it from version control or run pytest --ditgate --ditgate-refreeze"
         try:
+            expected = self.relative(entry.name, entry.key)
+        except ValueError as exc:
+            raise GoldenIntegrityError(f"{self.manifest_path}: entry {entry.id!r}: {exc}") from None
+        if entry.file != expected or not self.inside(path):
+            raise GoldenIntegrityError(f"{self.manifest_path}: entry {entry.id!r} names file {entry.file!r}; it must be "
+                                       f"{expected!r} inside {self.root} (a manifest never points elsewhere)")
+        try:
             data = path.read_bytes()
         except FileNotFoundError:
             raise GoldenIntegrityError(f"golden file {path} is listed in {self.manifest_path} but missing; {hint}") from None
@@ -91,6 +101,14 @@ class GoldenStore:
         if described != dict(sorted(entry.tensors.items())):
             raise GoldenIntegrityError(f"golden file {path} holds tensors {described}, manifest says {entry.tensors}")
         return tensors
+
+    def inside(self, path: Path) -> bool:
+        """Whether ``path`` resolves (symlinks followed) to a place inside the golden root."""
+        root = self.root.resolve()
+        try:
+            return path.resolve().is_relative_to(root)
+        except OSError:
+            return False
 
     def untracked_files(self, manifest: Manifest) -> list[str]:
         """Golden-format files under the root that no manifest entry names (relative paths, sorted)."""

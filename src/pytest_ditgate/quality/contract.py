@@ -41,6 +41,13 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 DEFAULT_CONTRACT_PATH = "fixtures/quality_contract.toml"
+#: the contract shipped inside the package, used when the project has none (documented field by field)
+PACKAGED_CONTRACT = "default_contract.toml"
+
+
+def packaged_contract_path() -> Path:
+    """Where the shipped default contract is (a file inside the installed package)."""
+    return Path(__file__).with_name(PACKAGED_CONTRACT)
 TOP_KEYS = ("contract", "images", "metrics")
 META_KEYS = ("version", "description")
 IMAGE_KEYS = ("range", "tile")
@@ -94,10 +101,21 @@ class QualityContract:
     tile: int = 16
 
     def rules(self, experiment_class: str) -> tuple[Rule, ...]:
+        """The rules of ``experiment_class``; a class the contract has no rule for is an error, never
+        "no rules" (which would pass every candidate)."""
         if experiment_class not in EXPERIMENT_CLASSES:
             raise ContractError(f"unknown experiment class {experiment_class!r}: choose from "
                                 f"{', '.join(EXPERIMENT_CLASSES)}")
-        return self.rules_by_class.get(experiment_class, ())
+        rules = self.rules_by_class.get(experiment_class, ())
+        if not rules:
+            raise ContractError(f"quality contract {self.path} has no rule for experiment class "
+                                f"{experiment_class!r} (it covers: {', '.join(self.covered()) or 'no class'}); add "
+                                f"[metrics.<name>.{experiment_class}] tables or choose a covered class")
+        return rules
+
+    def covered(self) -> list[str]:
+        """The experiment classes with at least one rule."""
+        return [name for name in EXPERIMENT_CLASSES if self.rules_by_class.get(name)]
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -114,7 +132,10 @@ def load_contract(path: str | Path, *, label: str | None = None) -> QualityContr
     """
     source = label or str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = Path(path).read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ContractError(f"quality contract {source}: not UTF-8 text ({exc.reason} at byte {exc.start}); "
+                            "save it as UTF-8") from None
     except FileNotFoundError:
         raise ContractError(f"quality contract {source} does not exist; create it (see "
                             f"{DEFAULT_CONTRACT_PATH} in pytest-ditgate's repository) or point "
@@ -244,7 +265,11 @@ def _limit(value: Any, spec: MetricSpec, key: str, source: str, where: str) -> A
 
 
 def _checked(value: float, key: str, source: str, where: str) -> float:
-    if key in ("abs", "rel") and (value < 0 or math.isinf(value)):
+    """A limit must be finite (``inf`` would switch the bound off); regression limits are also >= 0."""
+    if math.isinf(value):
+        raise ContractError(f"{source}: {where} must be a finite number, got {value!r} (an infinite bound "
+                            "checks nothing; remove the key or the class table instead)")
+    if key in ("abs", "rel") and value < 0:
         raise ContractError(f"{source}: {where} must be a finite number >= 0, got {value!r}")
     return value
 

@@ -48,7 +48,7 @@ class QualitySession:
     @classmethod
     def from_config(cls, config: pytest.Config) -> "QualitySession":
         from pytest_ditgate.project_config import load_project_config
-        from pytest_ditgate.quality.contract import DEFAULT_CONTRACT_PATH
+        from pytest_ditgate.quality.contract import DEFAULT_CONTRACT_PATH, packaged_contract_path
         from pytest_ditgate.quality.perceptual import WeightsConfig
 
         root = Path(config.rootpath)
@@ -66,6 +66,8 @@ class QualitySession:
             values[spec] = value
         explicit = values[CONTRACT] is not None
         contract = _rooted(root, values[CONTRACT] or DEFAULT_CONTRACT_PATH)
+        if not explicit and not contract.exists():  # a project without a contract gets the shipped default
+            contract = packaged_contract_path()
         weights = WeightsConfig(lpips=_rooted_str(root, values[LPIPS_WEIGHTS]),
                                 clip=_rooted_str(root, values[CLIP_WEIGHTS]),
                                 clip_model=values[CLIP_MODEL] or CLIP_MODEL.default)
@@ -114,13 +116,25 @@ def pytest_configure(config: pytest.Config) -> None:
     """Read the settings, validate a contract the user named, start the reporter (registered under --ditgate)."""
     context = get_context(config)
     session = get_quality_session(config)
-    if session.contract_explicit:
-        try:
-            session.contract()
+    if session.contract_explicit or session.contract_path.exists():
+        try:  # a broken contract, or one that does not cover --ditgate-class, stops the run before any test
+            session.contract().rules(session.experiment_class)
         except DitgateUsageError as exc:
             raise pytest.UsageError(str(exc)) from None
+    _check_weights_paths(session.weights)
     if not context.is_xdist_worker:
         config.pluginmanager.register(QualityReporter(session, context.artefact_dir), REPORTER_NAME)
+
+
+def _check_weights_paths(weights: Any) -> None:
+    """A weights location the user named must exist (an absent one would quietly skip LPIPS / CLIP)."""
+    if weights.lpips and not Path(weights.lpips).is_dir():
+        raise pytest.UsageError(f"{LPIPS_WEIGHTS.flag} (or ini {LPIPS_WEIGHTS.ini}, [tool.ditgate] lpips_weights) = "
+                                f"{weights.lpips}: no such folder; name the folder holding alexnet-owt-7be5be79.pth")
+    if weights.clip and not Path(weights.clip).exists():
+        raise pytest.UsageError(f"{CLIP_WEIGHTS.flag} (or ini {CLIP_WEIGHTS.ini}, [tool.ditgate] clip_weights) = "
+                                f"{weights.clip}: no such file or folder; name an open_clip checkpoint file or a "
+                                "folder with open_clip_config.json + open_clip_model.safetensors")
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -159,10 +173,16 @@ class QualityGate:
               experiment_class: str | None = None, kinds: Mapping[str, str] | None = None,
               tolerance_scale: float = 1.0, prompts: Sequence[str] | str | None = None,
               compute_dtype: Any = None, image_range: tuple[float, float] | None = None) -> "QualityResult":
-        """Evaluate ``case``; raise ``GateFailure(reason="quality")`` listing every failure and image path."""
+        """Evaluate ``case``; raise ``GateFailure(reason="quality")`` listing every failure and image path.
+
+        ``candidate`` and ``baseline`` are both mappings of named tensors, or both single tensors (judged
+        under the name ``case``). A misuse (bad contract, uncovered class, wrong arguments) raises
+        :class:`~pytest_ditgate.errors.DitgateUsageError`, reported without the plugin's frames.
+        """
         __tracebackhide__ = True
         from pytest_ditgate.quality.evaluate import evaluate_quality
 
+        candidate, baseline = _as_named(case, candidate, baseline)
         result = evaluate_quality(candidate, baseline, contract=self._session.contract(),
                                   experiment_class=self._checked_class(experiment_class or self._session.experiment_class),
                                   case=case,
@@ -175,6 +195,20 @@ class QualityGate:
         if not result.passed:
             raise GateFailure("quality", result.summary(), report=result)
         return result
+
+
+def _as_named(case: str, candidate: Any, baseline: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
+    """Both sides as mappings of named tensors: two tensors become ``{case: tensor}`` each."""
+    __tracebackhide__ = True
+    kinds = [isinstance(side, Mapping) for side in (candidate, baseline)]
+    if all(kinds):
+        return candidate, baseline
+    tensors = [hasattr(side, "shape") and hasattr(side, "dtype") for side in (candidate, baseline)]
+    if not any(kinds) and all(tensors):
+        return {case: candidate}, {case: baseline}
+    names = [type(side).__name__ for side in (candidate, baseline)]
+    raise DitgateUsageError(f"quality_gate.check({case!r}, candidate, baseline): give two tensors or two mappings "
+                            f"of named tensors, got {names[0]} and {names[1]}")
 
 
 @pytest.fixture

@@ -1,20 +1,59 @@
-"""The HTML report of a ledger folder: benchmark history per lane and arch, quality metrics, golden
-error heat maps. Plots are matplotlib PNGs embedded as base64, so the page is one self-contained file."""
+"""The HTML report of a ledger folder: benchmark history per lane and arch, experiments, side-by-side
+comparisons (``ditbench.pair``), quality metrics, measurements and golden error heat maps.
+
+Plots are matplotlib PNGs embedded as base64, so the page is one self-contained file. Ledgers are read
+defensively: a line that is not a JSON object, or a record of the wrong shape, is left out and *counted*
+in the page's notes (and by ``ditgate report`` on stderr), never a crash. Without matplotlib the page is
+written without plots, saying so.
+"""
 
 from __future__ import annotations
 
 import base64
 import html
 import io
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_ditgate.bench.ledger import LEDGER_FILE
-from pytest_ditgate.fsutil import read_jsonl
-from pytest_ditgate.verdict.ledger import read_experiments
+from pytest_ditgate.bench.ledger import LEDGER_FILE, well_formed_comparison
+from pytest_ditgate.fsutil import read_jsonl_report
+from pytest_ditgate.verdict.ledger import EXPERIMENTS_JSONL
 
 HEATMAP_GLOB = "quality/**/*.png"
 MAX_HEATMAPS = 24
+NO_MATPLOTLIB = "matplotlib is not installed: the history plots are left out (pip install matplotlib)"
+
+
+@dataclass
+class ReportPage:
+    """The rendered page and what had to be left out (one readable line each)."""
+
+    html: str
+    notes: list[str] = field(default_factory=list)
+
+
+def _num(value: Any) -> float | None:
+    """``value`` as a finite float, or None (bools, strings, NaN and inf are not numbers here)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _obj(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def _objective(record: dict[str, Any]) -> dict[str, float] | None:
+    """The experiment's speed objective (ratio and interval), when it has a well-formed one."""
+    objective = _obj(_obj(record.get("verdict")).get("objective"))
+    values = {key: _num(objective.get(key)) for key in ("ratio", "ci_low", "ci_high")}
+    return values if all(v is not None for v in values.values()) else None  # type: ignore[return-value]
 
 
 def _png(fig: Any) -> str:
@@ -27,28 +66,29 @@ def _png(fig: Any) -> str:
 
 
 def history_plots(experiments: list[dict[str, Any]]) -> list[tuple[str, str]]:
-    """(title, base64 PNG) per lane and arch: the objective ratio of each experiment, kept ones marked."""
+    """(title, base64 PNG) per lane and arch: the objective ratio of each experiment, kept ones marked.
+
+    Raises ImportError without matplotlib (the caller says so on the page)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    series: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    series: dict[tuple[str, str], list[tuple[dict[str, float], bool]]] = {}
     for record in experiments:
-        verdict = record.get("verdict", {})
-        lane = verdict.get("lane")
-        objective = verdict.get("objective")
-        if lane and objective:
-            series.setdefault((lane, record.get("arch") or "?"), []).append(record)
+        verdict = _obj(record.get("verdict"))
+        lane, objective = verdict.get("lane"), _objective(record)
+        if isinstance(lane, str) and lane and objective:
+            series.setdefault((lane, _text(record.get("arch")) or "?"), []).append(
+                (objective, verdict.get("label") == "keep"))
     plots = []
-    for (lane, arch), records in sorted(series.items()):
+    for (lane, arch), points in sorted(series.items()):
         fig, ax = plt.subplots(figsize=(7, 3.2))
-        xs = list(range(1, len(records) + 1))
-        ratios = [r["verdict"]["objective"]["ratio"] for r in records]
-        lows = [r["verdict"]["objective"]["ci_low"] for r in records]
-        highs = [r["verdict"]["objective"]["ci_high"] for r in records]
-        kept = [r["verdict"]["label"] == "keep" for r in records]
-        ax.vlines(xs, lows, highs, color="0.6", linewidth=2, label="CI")
+        xs = list(range(1, len(points) + 1))
+        ratios = [p["ratio"] for p, _ in points]
+        kept = [k for _, k in points]
+        ax.vlines(xs, [p["ci_low"] for p, _ in points], [p["ci_high"] for p, _ in points], color="0.6",
+                  linewidth=2, label="CI")
         ax.scatter([x for x, k in zip(xs, kept) if k], [y for y, k in zip(ratios, kept) if k], color="tab:green",
                    zorder=3, label="keep")
         ax.scatter([x for x, k in zip(xs, kept) if not k], [y for y, k in zip(ratios, kept) if not k],
@@ -75,57 +115,139 @@ def _table(headers: list[str], rows: list[list[Any]]) -> str:
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
 
 
-def render_report(root: Path) -> str:
-    """The whole HTML page for ledger folder ``root``."""
-    experiments = read_experiments(root)
-    records, _ = read_jsonl(root / LEDGER_FILE)
-    measurements = [r["measurement"] for r in records if r.get("kind") == "measurement"]
+def _fmt(value: Any, spec: str) -> str:
+    number = _num(value)
+    return "" if number is None else format(number, spec)
+
+
+def _read(path: Path, notes: list[str]) -> list[dict[str, Any]]:
+    content = read_jsonl_report(path)
+    message = content.skipped_message()
+    if message:
+        notes.append(message)
+    return content.records
+
+
+def _experiment_rows(experiments: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for record in experiments[-200:]:
+        verdict = _obj(record.get("verdict"))
+        objective = _objective(record)
+        reasons = verdict.get("reasons")
+        first = reasons[0] if isinstance(reasons, list) and reasons else ""
+        rows.append([_text(record.get("time_utc")), _text(record.get("commit")), _text(verdict.get("lane")),
+                     _text(record.get("arch")), _text(verdict.get("label")), _text(verdict.get("experiment_class")),
+                     f"{objective['ratio']:.4f}" if objective else "", _text(first)[:160],
+                     _text(record.get("description"))])
+    return rows
+
+
+def _quality_rows(experiments: list[dict[str, Any]]) -> list[list[Any]]:
+    rows = []
+    for record in experiments[-50:]:
+        cases = record.get("quality")
+        for case in cases if isinstance(cases, list) else []:
+            case = _obj(case)
+            metrics = ", ".join(f"{k}={v:.4g}" if _num(v) is not None else f"{k}={v}"
+                                for k, v in sorted(_obj(case.get("metrics")).items()))
+            rows.append([_text(record.get("commit")), _text(case.get("case", case.get("test", ""))),
+                         "pass" if case.get("passed", True) else "FAIL", metrics[:400]])
+    return rows
+
+
+def _comparison_rows(records: list[dict[str, Any]], notes: list[str], path: Path) -> list[list[Any]]:
+    """One row per ``ditbench.pair`` comparison in the bench ledger (the latest 200)."""
+    comparisons = [r for r in records if r.get("kind") == "comparison"]
+    good = [r for r in comparisons if well_formed_comparison(r)]
+    if len(good) < len(comparisons):
+        notes.append(f"{path}: left out {len(comparisons) - len(good)} comparison record(s) without a finite "
+                     "ratio, ci_low and ci_high")
+    rows = []
+    for r in good[-200:]:
+        sides = _obj(r.get("comparison"))
+        pair = " / ".join(_text(side.get("label") or side.get("name"))
+                          for side in (_obj(sides.get("a")), _obj(sides.get("b"))))
+        verdict = {True: "PASS", False: "FAIL"}.get(r.get("passed"), "")
+        rows.append([_text(r.get("test")).rsplit("::", 1)[-1], pair.strip(" /"), _text(r.get("lane")),
+                     f"{r['ratio']:.4f}", f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]", _fmt(r.get("min_speedup"), ".1%"),
+                     verdict, _text(r.get("mechanism")), _text(r.get("arch"))])
+    return rows
+
+
+def _measurement_rows(records: list[dict[str, Any]], notes: list[str], path: Path) -> list[list[Any]]:
+    raw = [r for r in records if r.get("kind") == "measurement"]
+    measurements = [r["measurement"] for r in raw if isinstance(r.get("measurement"), dict)]
+    if len(measurements) < len(raw):
+        notes.append(f"{path}: left out {len(raw) - len(measurements)} measurement record(s) without a "
+                     "'measurement' object")
+    return [[_text(m.get("label")), _text(m.get("backend")), _fmt(m.get("median_ms"), ".5f"),
+             _fmt(m.get("cv"), ".3%"), _text(m.get("n")), _text(m.get("mechanism")), _text(m.get("arch"))]
+            for m in measurements[-200:]]
+
+
+def _heatmaps(root: Path, notes: list[str]) -> list[str]:
+    parts = []
+    for path in sorted(root.glob(HEATMAP_GLOB))[-MAX_HEATMAPS:]:
+        try:
+            data = base64.b64encode(path.read_bytes()).decode("ascii")
+        except OSError as exc:
+            notes.append(f"{path}: cannot read ({exc.strerror or exc}); left out")
+            continue
+        name = html.escape(str(path.relative_to(root)))
+        parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{data}'><figcaption>{name}</figcaption></figure>")
+    return parts
+
+
+def build_report(root: Path) -> ReportPage:
+    """The page for ledger folder ``root`` and the notes on what was left out."""
+    notes: list[str] = []
+    experiments = _read(root / EXPERIMENTS_JSONL, notes)
+    bench_path = root / LEDGER_FILE
+    records = _read(bench_path, notes)
+    measurement_rows = _measurement_rows(records, notes, bench_path)
+    comparison_rows = _comparison_rows(records, notes, bench_path)
+    try:
+        plots = history_plots(experiments)
+    except ImportError:
+        plots = None
+        notes.append(NO_MATPLOTLIB)
+    heatmaps = _heatmaps(root, notes)
     parts = ["<!doctype html><html><head><meta charset='utf-8'><title>ditgate report</title><style>",
              "body{font-family:sans-serif;margin:2em}table{border-collapse:collapse;margin:1em 0}"
              "td,th{border:1px solid #ccc;padding:3px 8px;font-size:13px}th{background:#eee}"
-             ".keep{color:green}.discard,.crash{color:#b00}img{max-width:100%}",
+             ".keep{color:green}.discard,.crash{color:#b00}img{max-width:100%}.notes{color:#850}",
              "</style></head><body><h1>ditgate report</h1>"]
-    parts.append(f"<p>{len(experiments)} experiments, {len(measurements)} measurements.</p>")
+    parts.append(f"<p>{len(experiments)} experiments, {len(measurement_rows)} measurements.</p>"
+                 f"<p>{len(comparison_rows)} side-by-side comparisons.</p>")
+    if notes:
+        parts.append("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     parts.append("<h2>Benchmark history</h2>")
-    plots = history_plots(experiments)
-    if not plots:
+    if plots is None:
+        parts.append(f"<p>{html.escape(NO_MATPLOTLIB)}.</p>")
+    elif not plots:
         parts.append("<p>No experiment with a side-by-side speed objective yet.</p>")
-    for title, png in plots:
+    for title, png in plots or []:
         parts.append(f"<h3>{html.escape(title)}</h3><img alt='history {html.escape(title)}' src='data:image/png;base64,{png}'>")
     parts.append("<h2>Experiments</h2>")
-    rows = []
-    for record in experiments[-200:]:
-        verdict = record.get("verdict", {})
-        objective = verdict.get("objective") or {}
-        rows.append([record.get("time_utc", ""), record.get("commit") or "", verdict.get("lane") or "",
-                     record.get("arch") or "", verdict.get("label", ""), verdict.get("experiment_class", ""),
-                     f"{objective['ratio']:.4f}" if objective else "", (verdict.get("reasons") or [""])[0][:160],
-                     record.get("description", "")])
     parts.append(_table(["time", "commit", "lane", "arch", "verdict", "class", "ratio", "first reason",
-                         "description"], rows))
+                         "description"], _experiment_rows(experiments)))
+    parts.append("<h2>Side-by-side comparisons</h2>")
+    parts.append(_table(["test", "candidate / reference", "lane", "ratio", "CI", "min speedup", "verdict",
+                         "mechanism", "arch"], comparison_rows) if comparison_rows
+                 else "<p>No ditbench.pair comparisons recorded.</p>")
     parts.append("<h2>Quality metrics</h2>")
-    quality_rows = []
-    for record in experiments[-50:]:
-        for case in record.get("quality", []):
-            metrics = ", ".join(f"{k}={v:.4g}" if isinstance(v, (int, float)) else f"{k}={v}"
-                                for k, v in sorted((case.get("metrics") or {}).items()))
-            quality_rows.append([record.get("commit") or "", case.get("case", case.get("test", "")),
-                                 "pass" if case.get("passed", True) else "FAIL", metrics[:400]])
+    quality_rows = _quality_rows(experiments)
     parts.append(_table(["commit", "case", "status", "metrics"], quality_rows) if quality_rows
                  else "<p>No quality results recorded.</p>")
     parts.append("<h2>Golden error heat maps</h2>")
-    maps = sorted(root.glob(HEATMAP_GLOB))[-MAX_HEATMAPS:]
-    if not maps:
-        parts.append("<p>No failure images (every quality check passed, or none ran).</p>")
-    for path in maps:
-        data = base64.b64encode(path.read_bytes()).decode("ascii")
-        name = html.escape(str(path.relative_to(root)))
-        parts.append(f"<figure><img alt='{name}' src='data:image/png;base64,{data}'><figcaption>{name}</figcaption></figure>")
+    parts += heatmaps or ["<p>No failure images (every quality check passed, or none ran).</p>"]
     parts.append("<h2>Measurements</h2>")
-    mrows = [[m.get("label") or "", m.get("backend") or "", f"{m.get('median_ms', float('nan')):.5f}",
-              f"{m.get('cv', float('nan')):.3%}" if isinstance(m.get("cv"), (int, float)) else "",
-              m.get("n", ""), m.get("mechanism", ""), m.get("arch", "")] for m in measurements[-200:]]
-    parts.append(_table(["name", "backend", "median ms", "CV", "n", "mechanism", "arch"], mrows) if mrows
-                 else "<p>No measurements recorded.</p>")
+    parts.append(_table(["name", "backend", "median ms", "CV", "n", "mechanism", "arch"], measurement_rows)
+                 if measurement_rows else "<p>No measurements recorded.</p>")
     parts.append("</body></html>")
-    return "\n".join(parts)
+    return ReportPage("\n".join(parts), notes)
+
+
+def render_report(root: Path) -> str:
+    """The whole HTML page for ledger folder ``root``."""
+    return build_report(root).html
