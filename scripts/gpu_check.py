@@ -28,7 +28,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -230,17 +229,17 @@ def stage_loop(logs: Path, limit: float) -> dict[str, Any]:
             "passed": code == 0 and bool(targets) and not failures}
 
 
-def run_stages(stages: list[str], logs: Path, out: Path,
+def run_stages(stages: list[str], arch: str, logs: Path, out: Path,
                after_each: Callable[[dict[str, Any]], None] = lambda results: None) -> dict[str, Any]:
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "suites": lambda: stage_suites(logs, STAGE_LIMITS["suites"]),
-        "fidelity": lambda: benchmark_stage("timer_fidelity.py", ["--runs", "3"], f"timer_fidelity_{ARCH}.json",
+        "fidelity": lambda: benchmark_stage("timer_fidelity.py", ["--runs", "3"], f"timer_fidelity_{arch}.json",
                                             fidelity_targets, logs, STAGE_LIMITS["fidelity"], out),
         "kernels": lambda: benchmark_stage("kernels_bench.py", ["--dtypes", "bf16,fp32", "--budget-s", "40"],
-                                           f"kernels_bench_{ARCH}.json", kernels_targets, logs,
+                                           f"kernels_bench_{arch}.json", kernels_targets, logs,
                                            STAGE_LIMITS["kernels"], out),
         "dit": lambda: benchmark_stage("dit_bench.py", ["--reps", "30", "--configs", DIT_CONFIGS],
-                                       f"dit_bench_{ARCH}.json", dit_targets, logs, STAGE_LIMITS["dit"], out),
+                                       f"dit_bench_{arch}.json", dit_targets, logs, STAGE_LIMITS["dit"], out),
         "loop": lambda: stage_loop(logs, STAGE_LIMITS["loop"]),
     }
     results = {}
@@ -253,20 +252,17 @@ def run_stages(stages: list[str], logs: Path, out: Path,
     return results
 
 
-ARCH = "cpu"
 #: the forward configurations dit_bench times in the check: the candidate lane's honest win and the fastest
 DIT_CONFIGS = "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn;cuda_graphs=1"
 
 
 def environment() -> dict[str, Any]:
-    global ARCH
     import torch
 
     info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        ARCH = f"sm_{props.major}{props.minor}"
-        info.update(device=props.name, arch=ARCH, memory_gb=round(props.total_memory / 2**30, 1))
+        info.update(device=props.name, arch=f"sm_{props.major}{props.minor}", memory_gb=round(props.total_memory / 2**30, 1))
         try:
             info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                             capture_output=True, text=True, timeout=30).stdout.strip()
@@ -326,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         Path(ns.json).write_text(json.dumps({"tree_hash": digest, "environment": env, "partial": True,
                                              "stages": results, "green": False}, indent=1, default=str) + "\n")
 
-    results = run_stages(stages, logs, out, partial)
+    results = run_stages(stages, env["arch"], logs, out, partial)
     record = {"tree_hash": digest, "environment": env, "stages_run": stages,
               "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
               "seconds": round(time.time() - started, 1), "stages": results,
