@@ -11,7 +11,7 @@ from typing import Callable, Sequence
 def _doctor(args: argparse.Namespace) -> int:
     from pytest_ditgate.doctor import render_text, run_doctor
 
-    report = run_doctor(target=args.target, artefact_dir=args.dir)
+    report = run_doctor(target=args.target, artefact_dir=args.dir, deep=args.deep)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     else:
@@ -24,6 +24,8 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--target", default=None, help="also check the device against a target (profile or sm_XY)")
     parser.add_argument("--dir", default=None, help="artefact folder to report (default: ./.ditgate)")
+    parser.add_argument("--deep", action="store_true",
+                        help="import every optional dependency too (slower; finds broken binary installs)")
     parser.set_defaults(handler=_doctor)
 
 
@@ -33,10 +35,14 @@ def _summary(args: argparse.Namespace) -> int:
     from pytest_ditgate.verdict.ledger import read_experiments, read_results
 
     root = Path(args.dir)
-    rows = read_results(root)
+    skipped: list[str] = []
+    rows = read_results(root, skipped)
     if args.lane:
-        lanes = {r.get("commit"): r for r in read_experiments(root) if r.get("verdict", {}).get("lane") == args.lane}
+        lanes = {r.get("commit"): r for r in read_experiments(root, skipped)
+                 if isinstance(r.get("verdict"), dict) and r["verdict"].get("lane") == args.lane}
         rows = [r for r in rows if r.get("commit") in lanes]
+    for message in skipped:
+        print(f"warning: {message}", file=sys.stderr)
     rows = rows[-args.limit:]
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -101,7 +107,12 @@ def _baseline(args: argparse.Namespace) -> int:
     from pytest_ditgate.device import real_device
 
     arch = real_device().arch
-    if not args.force and load_best(Path(args.dir), args.lane, arch) is not None:
+    try:
+        best = None if args.force else load_best(Path(args.dir), args.lane, arch)
+    except ValueError as exc:
+        print(f"ditgate baseline: {exc}", file=sys.stderr)
+        return 2
+    if best is not None:
         print(f"lane {args.lane!r} already has a best on {arch}: a baseline is recorded once "
               "(use a new lane, or --force to record another first best)")
         return 2

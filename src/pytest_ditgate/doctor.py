@@ -54,21 +54,35 @@ class DoctorReport:
         }
 
 
-def check_dependencies() -> dict[str, dict[str, Any]]:
-    """Try to import each dependency (a broken install counts as missing, with its error)."""
+def check_dependencies(*, deep: bool = False) -> dict[str, dict[str, Any]]:
+    """Import each required dependency (a broken install counts as missing, with its error); optional ones
+    are only located (importing diffusers, open_clip or lpips takes seconds) unless ``deep``."""
     from pytest_ditgate.toolchain import package_version
 
     result: dict[str, dict[str, Any]] = {}
     for module, dist, purpose, required in DEPENDENCIES:
         entry: dict[str, Any] = {"purpose": purpose, "required": required, "version": package_version(dist)}
-        try:
-            importlib.import_module(module)
-            entry["importable"] = True
-        except Exception as exc:  # ImportError, or a broken binary extension
-            entry["importable"] = False
-            entry["error"] = f"{type(exc).__name__}: {exc}"[:300]
+        entry.update(_importable(module) if required or deep else _locatable(module))
         result[dist] = entry
     return result
+
+
+def _importable(module: str) -> dict[str, Any]:
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # ImportError, or a broken binary extension
+        return {"importable": False, "error": f"{type(exc).__name__}: {exc}"[:300], "checked": "imported"}
+    return {"importable": True, "checked": "imported"}
+
+
+def _locatable(module: str) -> dict[str, Any]:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError) as exc:
+        return {"importable": False, "error": f"{type(exc).__name__}: {exc}"[:300], "checked": "located"}
+    return {"importable": found, "checked": "located (not imported; --deep imports it)"}
 
 
 def workspaces(artefact_dir: str | None = None) -> dict[str, str]:
@@ -84,7 +98,7 @@ def workspaces(artefact_dir: str | None = None) -> dict[str, str]:
     return spaces
 
 
-def run_doctor(*, target: str | None = None, artefact_dir: str | None = None) -> DoctorReport:
+def run_doctor(*, target: str | None = None, artefact_dir: str | None = None, deep: bool = False) -> DoctorReport:
     from pytest_ditgate.device import current_device, real_device
 
     from pytest_ditgate.errors import DitgateUsageError
@@ -96,7 +110,7 @@ def run_doctor(*, target: str | None = None, artefact_dir: str | None = None) ->
         profile_problem = f"{PROFILE_ENV}={os.environ.get(PROFILE_ENV)!r}: {exc}; showing the real device instead"
         device = real_device()
     real = real_device() if device.is_profile else None
-    report = DoctorReport(device=device, real_device=real, dependencies=check_dependencies(),
+    report = DoctorReport(device=device, real_device=real, dependencies=check_dependencies(deep=deep),
                           workspaces=workspaces(artefact_dir))
     if profile_problem:
         report.problems.append(profile_problem)

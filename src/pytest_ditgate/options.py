@@ -82,7 +82,7 @@ def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
         return value
     try:
         raw = config.getini(spec.ini)
-    except ValueError as exc:  # a bool ini key holding "maybe"
+    except (ValueError, pytest.UsageError) as exc:  # a bool ini key holding "maybe" (pytest 9 raises UsageError)
         raise pytest.UsageError(f"ini option {spec.ini}: {exc}; use true or false") from None
     if spec.kind == "bool":
         return bool(raw)

@@ -151,3 +151,58 @@ def test_an_append_line_may_not_smuggle_a_newline(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="must not contain a newline"):
             append_line(tmp_path / "x.jsonl", text)
     assert not (tmp_path / "x.jsonl").exists()
+
+
+LANE_TEST = """
+def test_ok():
+    pass
+"""
+
+
+def test_a_lane_best_of_the_wrong_shape_is_a_reported_integrity_problem(pytester: pytest.Pytester) -> None:
+    """A best file holding ``{}`` used to crash the session end, with no verdict written."""
+    pytester.makepyfile(test_lane=LANE_TEST)
+    from pytest_ditgate.device import real_device
+
+    best = pytester.path / ".ditgate" / "best" / f"l__{real_device().arch}.json"
+    best.parent.mkdir(parents=True)
+    best.write_text("{}")
+    result = pytester.runpytest("--ditgate", "--ditgate-lane=l", "--ditgate-verdict-json=verdict.json",
+                                "-p", "no:cacheprovider")
+    text = result.stdout.str() + result.stderr.str()
+    assert "Traceback" not in text and "INTERNALERROR" not in text, text
+    verdict = json.loads((pytester.path / "verdict.json").read_text())["verdict"]
+    assert result.ret == verdict["exit_code"] != 0
+    assert any(f"best record {best} is corrupt (no 'objective' object)" in r for r in verdict["reasons"]), verdict
+    assert best.read_text() == "{}"  # reported, never overwritten by the plugin
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (lambda root: root.joinpath("out").mkdir(), "--ditgate-verdict-json=out: is a folder; give the path of a JSON file to write"),
+    (lambda root: root.joinpath("plain").write_text("x"), "--ditgate-verdict-json=plain/v.json: plain is not a folder"),
+])
+def test_a_verdict_json_path_that_cannot_be_written_is_a_usage_error(pytester: pytest.Pytester, make, message) -> None:
+    pytester.makepyfile(test_lane=LANE_TEST)
+    make(pytester.path)
+    flag = message.split(":")[0]
+    result = pytester.runpytest("--ditgate", flag, "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines([f"ERROR: {message}"])
+    assert "Traceback" not in result.stderr.str()
+
+
+def test_summary_names_the_rows_it_skips(tmp_path: Path, capsys) -> None:
+    from pytest_ditgate.verdict.ledger import append_experiment
+
+    append_experiment(tmp_path, {"status": "keep", "commit": "aaa", "description": "first"},
+                      {"verdict": {"lane": "fwd"}, "commit": "aaa"})
+    with (tmp_path / "results.tsv").open("ab") as handle:
+        handle.write(b"torn\trow\n\xff\xfe\n")
+    with (tmp_path / "experiments.jsonl").open("a") as handle:
+        handle.write('{"verdict": "not an object", "commit": "bbb"}\n{torn\n')
+    assert cli.main(["summary", "--dir", str(tmp_path), "--lane", "fwd"]) == 0
+    captured = capsys.readouterr()
+    assert "first" in captured.out
+    assert (f"warning: {tmp_path / 'results.tsv'}: skipped 2 unreadable row(s) (3, 4): not UTF-8 or not 12 "
+            "tab-separated cells") in captured.err
+    assert f"warning: {tmp_path / 'experiments.jsonl'}: skipped 1 unreadable line(s) (3)" in captured.err

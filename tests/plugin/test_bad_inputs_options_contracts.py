@@ -21,7 +21,7 @@ def _usage_error(result: pytest.RunResult, message: str) -> None:
     ([], "ditgate_kernel_trials = abc", "ERROR: ini option ditgate_kernel_trials='abc': invalid literal for int()*"),
     ([], "ditgate_bench_budget_ms = -3", "ERROR: ini option ditgate_bench_budget_ms='-3': must be > 0, got -3.0"),
     ([], "ditgate_class = fast", "ERROR: ini option ditgate_class='fast': choose from exact, numerical, approximate, quantization"),
-    ([], "ditgate_freeze = maybe", "ERROR: *invalid truth value 'maybe'*"),
+    ([], "ditgate_freeze = maybe", "ERROR: ini option ditgate_freeze: invalid truth value 'maybe'; use true or false"),
     (["--ditgate-dir=test_bad_ini.py"], "", "ERROR: --ditgate-dir=test_bad_ini.py: * is a file, not a folder*"),
     (["--ditgate-golden-dir=test_bad_ini.py"], "", "ERROR: --ditgate-golden-dir=test_bad_ini.py: * is a file, not a folder*"),
     (["--ditgate-lpips-weights=nowhere"], "", "ERROR: --ditgate-lpips-weights (or ini ditgate_lpips_weights*) = *nowhere: no such folder*"),

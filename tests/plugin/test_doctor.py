@@ -67,8 +67,31 @@ def test_doctor_missing_required_dependency_exits_non_zero(monkeypatch: pytest.M
 
 
 def test_doctor_missing_optional_dependency_only_warns(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
-    _hide_module(monkeypatch, "lpips")
+    monkeypatch.setitem(sys.modules, "lpips", None)  # find_spec reports it as not installed
     assert cli.main(["doctor"]) == 0
     out = capsys.readouterr().out
     assert any(line.split()[:2] == ["lpips", "MISSING"] for line in out.splitlines()), out
     assert "lpips is not importable" in out.split("warnings:")[1]
+
+
+def test_doctor_locates_optional_dependencies_without_importing_them() -> None:
+    code = ("import sys, json; from pytest_ditgate import doctor; r = doctor.check_dependencies(); "
+            "print(json.dumps([sorted(m for m in ('diffusers', 'open_clip', 'lpips', 'matplotlib') if m in sys.modules),"
+            " r['diffusers']['checked'], r['torch']['checked']]))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    imported, optional_check, required_check = json.loads(proc.stdout)
+    assert imported == []
+    assert optional_check.startswith("located") and required_check == "imported"
+
+
+def test_doctor_deep_imports_optional_dependencies(monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    """A broken optional install (importable by name, failing on import) is only seen with --deep."""
+    _hide_module(monkeypatch, "hypothesis")
+    kept = ("torch", "safetensors", "filelock", "hypothesis")  # importing diffusers etc. would only cost time
+    monkeypatch.setattr(doctor, "DEPENDENCIES", tuple(d for d in doctor.DEPENDENCIES if d[0] in kept))
+    assert cli.main(["doctor", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["dependencies"]["hypothesis"]["importable"] is True
+    assert cli.main(["doctor", "--json", "--deep"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["dependencies"]["hypothesis"]["importable"] is False
+    assert "hypothesis is not importable" in " ".join(data["warnings"])

@@ -49,16 +49,25 @@ def test_ledger_tsv_and_best(tmp_path) -> None:
     assert rows[0]["description"] == "tab here" and rows[0]["candidate"] == "1.23457"
     assert (tmp_path / "results.tsv").read_text().splitlines()[0].split("\t") == list(TSV_COLUMNS)
     assert load_best(tmp_path, "fwd", "sm_90") is None
-    store_best(tmp_path, "fwd", "sm_90", {"speedup": 1.5, "samples": [1, 2]})
+    store_best(tmp_path, "fwd", "sm_90", {"objective": {"ratio": 0.5, "ci_low": 0.4, "ci_high": 0.6}, "samples": [1, 2]})
     assert load_best(tmp_path, "fwd", "sm_90")["samples"] == [1, 2]
     assert load_best(tmp_path, "fwd", "sm_86") is None
 
 
-def test_corrupt_best_is_reported(tmp_path) -> None:
-    path = store_best(tmp_path, "fwd", "cpu", {"a": 1})
-    path.write_text("{half")
-    with pytest.raises(ValueError, match="corrupt"):
+@pytest.mark.parametrize(("text", "problem"), [
+    ("{half", "not valid JSON"),
+    ("{}", "no 'objective' object"),
+    ('{"objective": {"ratio": 0.5, "ci_low": 0.4}}', "objective.ci_high must be a positive finite number, found None"),
+    ('{"objective": {"ratio": "fast", "ci_low": 0.4, "ci_high": 0.6}}', "objective.ratio must be a positive finite"),
+    ('{"objective": {"ratio": NaN, "ci_low": 0.4, "ci_high": 0.6}}', "objective.ratio must be a positive finite"),
+    ('{"objective": {"ratio": 0.5, "ci_low": 0.4, "ci_high": 0.6}, "comparisons": 3}', "'comparisons' must be a list"),
+])
+def test_corrupt_best_is_reported(tmp_path, text: str, problem: str) -> None:
+    path = store_best(tmp_path, "fwd", "cpu", {"objective": {"ratio": 0.5, "ci_low": 0.4, "ci_high": 0.6}})
+    path.write_text(text)
+    with pytest.raises(ValueError) as info:
         load_best(tmp_path, "fwd", "cpu")
+    assert str(path) in str(info.value) and problem in str(info.value) and "remove it" in str(info.value)
 
 
 def test_scope(tmp_path) -> None:

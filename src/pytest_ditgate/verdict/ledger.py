@@ -4,12 +4,13 @@ replaced atomically and only on KEEP."""
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from pathlib import Path
 from typing import Any
 
-from pytest_ditgate.fsutil import append_jsonl, atomic_write_json, lock_for, read_jsonl
+from pytest_ditgate.fsutil import (CorruptFile, append_jsonl, atomic_write_json, lock_for, read_json_object,
+                                   read_jsonl_report)
 
 TSV_COLUMNS = ("timestamp", "commit", "parent", "status", "class", "objective_metric", "best_before",
                "candidate", "improvement_pct", "peak_vram_gb", "quality", "description")
@@ -39,20 +40,43 @@ def append_experiment(root: Path, row: dict[str, Any], detail: dict[str, Any]) -
     append_jsonl(root / EXPERIMENTS_JSONL, detail)
 
 
-def read_results(root: Path) -> list[dict[str, str]]:
-    """Rows of ``results.tsv`` as dicts (empty when absent)."""
+def read_results(root: Path, skipped: list[str] | None = None) -> list[dict[str, str]]:
+    """Rows of ``results.tsv`` as dicts (empty when absent). Rows that are not UTF-8 or do not have the
+    header's number of cells are left out and named in ``skipped`` (one message), never guessed at."""
     tsv = root / RESULTS_TSV
-    if not tsv.exists():
+    try:
+        data = tsv.read_bytes()
+    except FileNotFoundError:
         return []
-    lines = tsv.read_text(encoding="utf-8").splitlines()
-    if not lines:
-        return []
-    header = lines[0].split("\t")
-    return [dict(zip(header, line.split("\t"))) for line in lines[1:] if line.strip()]
+    lines = data.split(b"\n")
+    header = lines[0].decode("utf-8", "replace").rstrip("\r").split("\t")
+    rows, bad = [], []
+    for number, raw in enumerate(lines[1:], start=2):
+        if not raw.strip():
+            continue
+        try:
+            cells = raw.decode("utf-8").rstrip("\r").split("\t")
+        except UnicodeDecodeError:
+            bad.append(number)
+            continue
+        if len(cells) != len(header):
+            bad.append(number)
+            continue
+        rows.append(dict(zip(header, cells)))
+    if bad and skipped is not None:
+        shown = ", ".join(str(n) for n in bad[:10]) + (", ..." if len(bad) > 10 else "")
+        skipped.append(f"{tsv}: skipped {len(bad)} unreadable row(s) ({shown}): not UTF-8 or not "
+                       f"{len(header)} tab-separated cells (a torn write or a hand edit)")
+    return rows
 
 
-def read_experiments(root: Path) -> list[dict[str, Any]]:
-    return read_jsonl(root / EXPERIMENTS_JSONL)[0]
+def read_experiments(root: Path, skipped: list[str] | None = None) -> list[dict[str, Any]]:
+    """Records of ``experiments.jsonl``; unreadable lines are named in ``skipped``."""
+    content = read_jsonl_report(root / EXPERIMENTS_JSONL)
+    message = content.skipped_message()
+    if message and skipped is not None:
+        skipped.append(message)
+    return content.records
 
 
 def _best_path(root: Path, lane: str, arch: str) -> Path:
@@ -64,11 +88,31 @@ def load_best(root: Path, lane: str, arch: str) -> dict[str, Any] | None:
     """The lane's current best on this arch, or None (an unreadable file is reported, not trusted)."""
     path = _best_path(root, lane, arch)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
+        record = read_json_object(path, what="best record")
+    except CorruptFile as exc:
+        raise ValueError(f"{exc}; remove it to restart the lane") from None
+    except OSError as exc:
+        raise ValueError(f"best record {path} cannot be read ({exc}); remove it to restart the lane") from None
+    if record is None:
         return None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"best record {path} is corrupt ({exc}); remove it to restart the lane") from None
+    problem = _best_problem(record)
+    if problem:
+        raise ValueError(f"best record {path} is corrupt ({problem}); remove it to restart the lane")
+    return record
+
+
+def _best_problem(record: dict[str, Any]) -> str | None:
+    """What makes a best record unusable (None when it has the objective a comparison needs)."""
+    objective = record.get("objective")
+    if not isinstance(objective, dict):
+        return "no 'objective' object"
+    for key in ("ratio", "ci_low", "ci_high"):
+        value = objective.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            return f"objective.{key} must be a positive finite number, found {value!r}"
+    if record.get("comparisons") is not None and not isinstance(record["comparisons"], list):
+        return "'comparisons' must be a list"
+    return None
 
 
 def store_best(root: Path, lane: str, arch: str, record: dict[str, Any]) -> Path:

@@ -50,6 +50,9 @@ class ExperimentSession:
         self.changed: list[str] | None = None
         self.verdict = None
         self.notes: list[str] = []
+        self.verdict_json_failed = False
+        if self.verdict_json:
+            check_verdict_json_path(Path(self.verdict_json))
 
     # -- collection -------------------------------------------------------------------------------
     def add_report(self, report: pytest.TestReport) -> None:
@@ -180,16 +183,23 @@ class ExperimentSession:
         if self.verdict_json:
             from pytest_ditgate.fsutil import atomic_write_json
 
-            atomic_write_json(Path(self.verdict_json), detail)
+            try:
+                atomic_write_json(Path(self.verdict_json), detail)
+            except OSError as exc:
+                self.notes.append(f"could not write the verdict JSON {self.verdict_json}: {exc}")
+                self.verdict_json_failed = True
 
     def full_comparisons(self) -> list[dict[str, Any]]:
         """This run's comparisons with their raw samples, from the bench ledger (the lane best keeps them)."""
         from pytest_ditgate.bench.ledger import LEDGER_FILE
-        from pytest_ditgate.fsutil import read_jsonl
+        from pytest_ditgate.fsutil import read_jsonl_report
 
         tests = {c.get("test") for c in self.comparisons}
         latest: dict[str, dict[str, Any]] = {}
-        for record in read_jsonl(self.context.artefact_dir / LEDGER_FILE)[0]:
+        content = read_jsonl_report(self.context.artefact_dir / LEDGER_FILE)
+        if content.skipped_message():
+            self.notes.append(f"lane best samples: {content.skipped_message()}")
+        for record in content.records:
             if record.get("kind") == "comparison" and record.get("lane") == self.lane and record.get("test") in tests:
                 latest[record["test"]] = record
         return list(latest.values()) or self.comparisons
@@ -219,6 +229,8 @@ class ExperimentSession:
         self.finish(session)
         if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.TESTS_FAILED):
             session.exitstatus = self.verdict.exit_code
+        if self.verdict_json_failed:  # whoever waits for that file must not read an old one as this verdict
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.verdict is None:
@@ -288,6 +300,22 @@ def _quality_cell(quality: list[dict[str, Any]], verdict: Any) -> str:
 
 
 _session_key = pytest.StashKey[ExperimentSession]()
+
+
+def check_verdict_json_path(path: Path) -> None:
+    """``--ditgate-verdict-json`` must name a file that can be written: a usage error before any test runs."""
+    flag = f"--ditgate-verdict-json={path}"
+    if path.is_dir():
+        raise pytest.UsageError(f"{flag}: is a folder; give the path of a JSON file to write")
+    parent = path.parent
+    while not parent.exists() and parent != parent.parent:
+        parent = parent.parent
+    if not parent.is_dir():
+        raise pytest.UsageError(f"{flag}: {parent} is not a folder")
+    import os
+
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise pytest.UsageError(f"{flag}: {parent} is not writable")
 
 
 def experiment(config: pytest.Config) -> ExperimentSession | None:
