@@ -6,8 +6,17 @@ Over the five cases of the design brief's reference table (add 1M bf16, LayerNor
 ``--rounds`` rounds each (default 3), every round takes, side by side:
 
 - truth: CUPTI kernel time, computed here independently of the plugin (torch.profiler over back-to-back
-  calls, sum of device activity durations / calls, as in the reference anchor script);
+  calls, sum of device activity durations / calls, as in the reference anchor script), twice: for
+  host-launched calls, and for the same calls inside a CUDA graph (a traced replay queued behind a lead);
 - ``measure`` with mechanism auto and graph, and triton's ``do_bench_cudagraph``.
+
+Each mechanism is judged against the truth of the regime it times (``TRUTH_OF``): auto (the host-launched
+CUPTI mechanism) against host-launched kernels, graph and do_bench_cudagraph against the kernels inside a
+graph. The same kernels run measurably faster inside a graph (an H200 traced LayerNorm 16x256x1152 at 4.4 %
+and copy 256 MB at 1.2 % below their host-launched durations; benchmarks/gpu/graph_truth_probe.py), so a
+graph reading judged against host-launched kernels looked "2 % off" where it matched its own kernels within
+0.1-0.3 %, and do_bench_cudagraph looked closer only because its replays start on an idle device (+1.8 %).
+Both errors are reported (``error`` and ``error_vs_host_launched``), with the regime difference.
 
 The truth is interleaved with the mechanisms, so a change of the device's state between them (the launch
 latency between graph nodes toggles a few times a second) shows as spread over the rounds, not as error.
@@ -43,6 +52,9 @@ TOLERANCE = 0.05  # within 5 % of truth
 CV_LIMIT = 0.02
 DBCG_MARGIN = 0.005  # "at least as close as do_bench_cudagraph", within half a percentage point of noise
 REPEATS = 20
+#: the CUPTI truth each mechanism is judged against: the kernels of the regime it times (auto picks the
+#: host-launched CUPTI mechanism; graph and do_bench_cudagraph time graph replays)
+TRUTH_OF = {"auto": "truth_ms", "graph": "truth_graph_ms", "do_bench_cudagraph": "truth_graph_ms"}
 #: a change counts as flagged when the CI bound shows it slower (or faster) by at least this fraction,
 #: the question ditbench.pair asks with min_speedup; the stricter "CI excludes 1" is reported beside it
 MARGIN = 0.01
@@ -64,6 +76,42 @@ def cupti_truth(fn: Callable[[], Any], iters: int = 50) -> float:
     total_ns = sum(e.duration_ns() for e in prof.profiler.kineto_results.events()
                    if e.device_type() == cuda and not e.is_user_annotation())
     return total_ns / iters / 1e6
+
+
+def cupti_truth_in_graph(fn: Callable[[], Any], per_call_ms: float, replay_ms: float = 5.0) -> float:
+    """Mean device time per call (ms) of the kernels inside a CUDA graph of back-to-back calls: the sum of
+    device activity durations of a replay queued behind a lead replay (both traced), over its calls.
+
+    Kernels run faster inside a graph than host-launched (on an H200: LayerNorm 16x256x1152 4.4 %, copy
+    256 MB 1.2 %, benchmarks/gpu/graph_truth_probe.py), so mechanisms that time graph replays are judged
+    against this truth, host-launched ones against :func:`cupti_truth`. Built here, independent of the plugin.
+    """
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    count = max(10, min(10_000, int(replay_ms / max(per_call_ms, 1e-6))))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(count):
+            fn()
+    graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        graph.replay()
+        graph.replay()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    events = sorted((e for e in prof.profiler.kineto_results.events()
+                     if e.device_type() == cuda and not e.is_user_annotation()), key=lambda e: e.start_ns())
+    timed = events[len(events) // 2:]
+    del graph
+    return sum(e.duration_ns() for e in timed) / count / 1e6
 
 
 def measurement_row(m: Any) -> dict:
@@ -135,6 +183,7 @@ def interleaved_rounds(case: dict, rounds: int, tt: Any) -> dict:
     rows = []
     for _ in range(rounds):
         row = {"truth_ms": cupti_truth(bound)}
+        row["truth_graph_ms"] = cupti_truth_in_graph(bound, row["truth_ms"])
         for key in ("auto", "graph"):
             m = measure(fn, *args, mechanism=key, dtype=case["dtype"], shapes=case["shapes"])
             row[f"{key}_ms"], row[f"{key}_cv"], row[f"{key}_mechanism"] = m.median_ms, m.cv, m.mechanism
@@ -142,13 +191,20 @@ def interleaved_rounds(case: dict, rounds: int, tt: Any) -> dict:
             row["do_bench_cudagraph_ms"] = float(tt.do_bench_cudagraph(bound, return_mode="median"))
         rows.append(row)
     summary: dict[str, Any] = {"rounds": rows, "truth_ms": statistics.median(r["truth_ms"] for r in rows),
-                               "truth_spread": spread([r["truth_ms"] for r in rows])}
+                               "truth_spread": spread([r["truth_ms"] for r in rows]),
+                               "truth_graph_ms": statistics.median(r["truth_graph_ms"] for r in rows),
+                               "truth_graph_spread": spread([r["truth_graph_ms"] for r in rows]),
+                               "graph_vs_host_launched": statistics.median(r["truth_graph_ms"] / r["truth_ms"] - 1
+                                                                          for r in rows)}
     for key in ("auto", "graph", "do_bench_cudagraph"):
         if f"{key}_ms" not in rows[0]:
             continue
-        errors = [abs(r[f"{key}_ms"] / r["truth_ms"] - 1) for r in rows]
-        summary[key] = {"median_ms": statistics.median(r[f"{key}_ms"] for r in rows),
-                        "error": statistics.median(errors), "error_spread": [min(errors), max(errors)]}
+        truth = TRUTH_OF[key]
+        errors = [abs(r[f"{key}_ms"] / r[truth] - 1) for r in rows]
+        host = [abs(r[f"{key}_ms"] / r["truth_ms"] - 1) for r in rows]
+        summary[key] = {"median_ms": statistics.median(r[f"{key}_ms"] for r in rows), "truth": truth,
+                        "error": statistics.median(errors), "error_spread": [min(errors), max(errors)],
+                        "error_vs_host_launched": statistics.median(host)}
         if f"{key}_cv" in rows[0]:
             summary[key]["cv"] = statistics.median(r[f"{key}_cv"] for r in rows)
     return summary
@@ -252,7 +308,8 @@ def run_targets(results: dict, run: int) -> list[dict]:
         for key in ("auto", "graph"):
             got = rounds.get(key) or {}
             err, cv = got.get("error"), got.get("cv")
-            out.append(target(f"{name}: {key} within 5% of CUPTI", err, f"<= {TOLERANCE}",
+            truth = "CUPTI in graph" if TRUTH_OF[key] == "truth_graph_ms" else "CUPTI"
+            out.append(target(f"{name}: {key} within 5% of {truth}", err, f"<= {TOLERANCE}",
                               err is not None and err <= TOLERANCE,
                               "err" if err is None else f"{err * 100:.2f}% (rounds {fmt_range(got['error_spread'])})"))
             out.append(target(f"{name}: {key} CV < 2%", cv, f"< {CV_LIMIT}", cv is not None and cv < CV_LIMIT,
@@ -263,6 +320,11 @@ def run_targets(results: dict, run: int) -> list[dict]:
                               f"<= do_bench_cudagraph {dbcg['error']:.4f} + {DBCG_MARGIN}",
                               graph["error"] <= dbcg["error"] + DBCG_MARGIN,
                               f"{graph['error'] * 100:.2f}% vs {dbcg['error'] * 100:.2f}%"))
+        if graph and rounds.get("graph_vs_host_launched") is not None:
+            out.append(target(f"{name}: graph vs host-launched CUPTI", graph["error_vs_host_launched"], "info", None,
+                              f"graph {graph['error_vs_host_launched'] * 100:.2f}% / do_bench_cudagraph "
+                              f"{(dbcg or {}).get('error_vs_host_launched', float('nan')) * 100:.2f}% off; kernels "
+                              f"{rounds['graph_vs_host_launched'] * 100:+.2f}% in a graph"))
     if run == 0:
         for mechanism, rows in results.get("detection", {}).items():
             if not isinstance(rows, dict) or "slowdown_flagged" not in rows:
@@ -306,14 +368,15 @@ def target_records(results: dict) -> list[dict]:
 
 def print_tables(results: dict) -> None:
     if results.get("fidelity"):
-        heads = ("CUPTI", "spread", "auto", "graph", "do_b_cg", "events", "wall", "graph-raw", "cupti-sus", "do_bench")
+        heads = ("CUPTI", "spread", "CUPTI-g", "auto", "graph", "do_b_cg", "events", "wall", "graph-raw",
+                 "cupti-sus", "do_bench")
         print(f"\n=== timer fidelity, median ms per call over the rounds of the last run "
               f"({results['provenance']['device'].get('name')}, {results['provenance']['device'].get('arch')}) ===")
         print(f"{'case':24s}" + "".join(f"{h:>10s}" for h in heads))
         for name, row in results["fidelity"].items():
             last = row["runs"][-1] if row.get("runs") else {}
             info = row.get("info") or {}
-            cells = [last.get("truth_ms"), last.get("truth_spread")]
+            cells = [last.get("truth_ms"), last.get("truth_spread"), last.get("truth_graph_ms")]
             cells += [(last.get(k) or {}).get("median_ms") for k in ("auto", "graph", "do_bench_cudagraph")]
             cells += [(info.get(k) or {}).get("median_ms") for k in ("events", "wall", "graph_keep", "cupti_sustained")]
             cells.append(info.get("do_bench_ms"))

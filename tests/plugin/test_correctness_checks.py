@@ -293,3 +293,135 @@ def test_a_compiled_candidate_is_checked_as_compiled_code() -> None:
 
     check_kernel(compiled, gelu_tanh, make_inputs, trials=2)
     assert len(runs) >= 4, f"the compiled graph ran {len(runs)} times: the candidate was checked as eager code"
+
+
+# -- bounds derived from the computation (issue 15) --------------------------------------------------
+
+def test_a_long_sequential_dot_product_passes_and_a_0_1_percent_scaling_fails() -> None:
+    """fp32, K=32768 summed in order: the honest error the table alone rejected elementwise now passes."""
+    import numpy as np
+
+    def sequential(a, b):
+        products = (a[:, None, :] * b.t()[None, :, :]).numpy()
+        return torch.from_numpy(np.add.accumulate(products, axis=-1)[..., -1].copy())
+
+    make = _inputs(torch.float32, (3, 32768), (32768, 3))
+    report = check_kernel(sequential, lambda a, b: a @ b, make, trials=5)
+    assert report.passed
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lambda a, b: sequential(a, b) * 1.001, lambda a, b: a @ b, make)
+    assert _reason(excinfo) == "mismatch" and "norm" in excinfo.value.report.trials[-1].outputs[0].failed_bounds
+
+
+def test_failure_names_the_bound_the_estimate_and_the_ratio() -> None:
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lambda x: x.cumsum(-1) * 1.01, lambda x: x.cumsum(-1), _inputs(torch.float32, (4, 512)))
+    message = excinfo.value.message
+    assert "norm bound failed: rel-norm err" in message and "x its bound" in message
+    assert "honest-error estimate: table 3.0e-05; same-precision run" in message and "u*|f(|x|)|/|f(x)|" in message
+    assert "repro: check_kernel(" in message
+    output = excinfo.value.report.trials[0].outputs[0]
+    assert output.norm_ratio > 100 and output.honest.source in ("table", "same-precision", "magnitude")
+
+
+def test_one_element_wrong_fails_the_elementwise_bound_only() -> None:
+    def kernel(x):
+        out = x.sum(-1)
+        out[5] += 0.02  # 0.1 % of the row sums' size: 14 x its allowance, within the norm bound
+        return out
+
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(kernel, lambda x: x.sum(-1), _inputs(torch.float32, (16384, 64)))
+    assert excinfo.value.report.trials[0].outputs[0].failed_bounds == ("elementwise",)
+    assert "elementwise bound failed" in excinfo.value.message and "1 of 16384 elements mismatch" in excinfo.value.message
+
+
+def test_an_exact_same_precision_run_leaves_room_for_another_summation_order() -> None:
+    """Integer-valued inputs: torch's fp32 sum is exact; an honest kernel adding in another order still passes."""
+    def make(seed):
+        return (torch.randint(-8, 8, (8, 4096), generator=torch.Generator().manual_seed(seed)).float() / 3,)
+
+    reverse = lambda x: x.flip(-1).cumsum(-1)[..., -1].contiguous()  # noqa: E731
+    report = check_kernel(reverse, lambda x: x.sum(-1), make, trials=5)
+    assert report.passed
+
+
+def test_a_degenerate_same_precision_run_cannot_open_the_gate() -> None:
+    """The reference overflows in fp16 (inf) or flushes to zero: that run is not used or is capped."""
+    overflow = lambda x: (x * 1e4 * 1e4) * 1e-8  # noqa: E731 - inf in fp16, fine in float64
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lambda x: x * 1.05, overflow, _inputs(torch.float16, (8, 64)))
+    output = excinfo.value.report.trials[0].outputs[0]
+    assert output.honest.same_precision is None and "non-finite where the reference is finite" in str(output.honest)
+    underflow = lambda x: (x * 1e-8) * 1e8  # noqa: E731 - zero in fp16: its "error" is the whole output
+    with pytest.raises(GateFailure) as excinfo:
+        check_kernel(lambda x: x * 1.05, underflow, _inputs(torch.float16, (8, 64)))
+    output = excinfo.value.report.trials[0].outputs[0]
+    assert output.honest.source == "ceiling" and output.rel_norm_bound == pytest.approx(4e-3)
+
+
+def test_the_candidate_cannot_inflate_the_estimate_through_global_math_flags() -> None:
+    """Flags the candidate sets (TF32, reduced-precision reductions) are overridden for the same-precision
+    run and restored after it."""
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction
+    seen = []
+
+    def reference(a, b):
+        seen.append(matmul.allow_tf32)
+        return a @ b
+
+    def cheat(a, b):
+        matmul.allow_tf32 = True
+        return a @ b
+
+    try:
+        check_kernel(cheat, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=1)
+        assert matmul.allow_tf32 is True  # restored to what the candidate left
+        assert seen == [True, False, True]  # float64 run, same-precision run (TF32 off), |inputs| run
+        seen.clear()
+        check_kernel(cheat, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=1, compute_dtype="tf32")
+        assert seen[1] is True
+    finally:
+        matmul.allow_tf32, matmul.allow_fp16_reduced_precision_reduction = saved
+
+
+def test_reference_dtype_same_keeps_the_table() -> None:
+    report = check_kernel(lambda x: x.sum(-1), lambda x: x.sum(-1), _inputs(torch.float32, (4, 64)),
+                          reference_dtype="same", trials=1)
+    assert report.trials[0].outputs[0].honest.source == "table"
+    with pytest.raises(GateFailure) as failure:  # a failing output says why no estimate widened the bound
+        check_kernel(lambda x: x.sum(-1) * 1.01, lambda x: x.sum(-1), _inputs(torch.float32, (4, 64)),
+                     reference_dtype="same", trials=1)
+    assert "table bounds only" in failure.value.message
+
+
+def test_the_estimate_runs_only_where_the_table_fails() -> None:
+    """Two extra reference runs on the first trial (its output dtypes) and on trials the table rejects."""
+    calls: list[torch.dtype] = []
+
+    def reference(a, b):
+        calls.append(a.dtype)
+        return a @ b
+
+    check_kernel(lambda a, b: a @ b, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=3)
+    assert calls == [torch.float64, torch.float32, torch.float64, torch.float64, torch.float64]
+    calls.clear()
+    with pytest.raises(GateFailure):
+        check_kernel(lambda a, b: (a @ b) * 1.01, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=3)
+    assert calls == [torch.float64, torch.float32, torch.float64]  # float64, same precision, |inputs|; then it failed
+
+
+def test_the_same_precision_run_works_with_torchs_newer_precision_settings() -> None:
+    """With ``fp32_precision`` in use, reading the legacy TF32 flags raises; the estimate must not be lost."""
+    matmul, conv = torch.backends.cuda.matmul, torch.backends.cudnn.conv
+    saved = matmul.fp32_precision, conv.fp32_precision
+    try:
+        matmul.fp32_precision, conv.fp32_precision = "tf32", "ieee"
+        with pytest.raises(GateFailure) as failure:  # a table failure makes the estimate's runs
+            check_kernel(lambda a, b: (a @ b) * 1.01, lambda a, b: a @ b, _inputs(torch.float32, (4, 64), (64, 4)),
+                         trials=1)
+        assert failure.value.report.trials[0].outputs[0].honest.same_precision is not None
+        assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "ieee")
+    finally:
+        matmul.fp32_precision, conv.fp32_precision = saved

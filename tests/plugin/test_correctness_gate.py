@@ -155,7 +155,7 @@ def test_each_planted_cheat_fails_with_its_reason_and_a_full_message(pytester: p
                  "(trial 1 of 5, seed 0; candidate ran before the reference)",
                  "inputs: arg0 float16[9, 13] on cpu; arg1 float16[13] on cpu",
                  "output out: candidate float16[9, 13] vs reference float64[9, 13]",
-                 "max abs err", "max rel err", "rel-norm err", "worst at index (", "elements mismatch (",
+                 "max abs err", "max rel err", "rel-norm err", "worst at index (", "elements mismatch (", "norm bound failed", "x its bound", "honest-error estimate",
                  "reference computed in float64",
                  "repro: check_kernel(test_mismatch.<locals>.<lambda>, reference, make_inputs, seed=0, trials=1)"):
         assert part in text, (part, text[-2500:])

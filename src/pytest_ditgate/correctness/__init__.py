@@ -13,6 +13,8 @@ _LAZY = {
     "KernelReport": "pytest_ditgate.correctness.report",
     "TrialReport": "pytest_ditgate.correctness.report",
     "OutputComparison": "pytest_ditgate.correctness.report",
+    "HonestBound": "pytest_ditgate.correctness.report",
+    "HonestRule": "pytest_ditgate.correctness.tolerances",
     "REASONS": "pytest_ditgate.correctness.report",
     "Tolerance": "pytest_ditgate.correctness.tolerances",
     "tolerance_for": "pytest_ditgate.correctness.tolerances",

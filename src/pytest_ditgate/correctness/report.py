@@ -10,7 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from pytest_ditgate.correctness.tolerances import Tolerance
+from pytest_ditgate.correctness.tolerances import HONEST_RULE, HonestRule, Tolerance
 
 #: stable reason codes, in the order the checks run within a trial
 REASONS = ("timer_tampered", "crash", "input_mutated", "shape", "dtype", "stale_output", "nonfinite",
@@ -33,6 +33,42 @@ class TensorDesc:
         return f"{self.name} {self.dtype}{list(self.shape)}{layout} on {self.device}"
 
 
+@dataclass(frozen=True)
+class HonestBound:
+    """The relative-norm bound one output was judged by, and the honest-error estimate behind it.
+
+    ``same_precision``: rel-norm error of the reference run at the candidate's precision; ``magnitude``:
+    ``u * ||f(|x|)|| / ||f(x)||``; ``length``: ``u * sqrt(L)`` with L the input elements per output element
+    (the growth of a long sum's rounding error where its terms do not cancel); None when not run or not
+    usable (``notes`` says why). ``bound`` is the largest of the table's ``rel_norm`` and the factored
+    estimates, capped at the dtype's ceiling; ``source`` names which one it is.
+    """
+
+    table: float
+    same_precision: float | None = None
+    magnitude: float | None = None
+    length: float | None = None
+    bound: float = 0.0
+    source: str = "table"
+    rule: HonestRule = HONEST_RULE
+    notes: tuple[str, ...] = ()
+
+    @classmethod
+    def table_only(cls, table: float, *notes: str) -> "HonestBound":
+        return cls(table=table, bound=table, notes=tuple(notes))
+
+    def __str__(self) -> str:
+        parts = [f"table {self.table:.1e}"]
+        if self.same_precision is not None:
+            parts.append(f"same-precision run {self.same_precision:.2e} x{self.rule.same_precision:g}")
+        if self.magnitude is not None:
+            parts.append(f"u*|f(|x|)|/|f(x)| {self.magnitude:.2e} x{self.rule.magnitude:g}")
+        if self.length is not None:
+            parts.append(f"u*sqrt(inputs per output) {self.length:.2e} x{self.rule.length:g}")
+        text = f"rel-norm bound {self.bound:.2e} from the {self.source} (honest-error estimate: {'; '.join(parts)})"
+        return text + "".join(f"; {note}" for note in self.notes)
+
+
 @dataclass
 class OutputComparison:
     """Errors of one candidate output against the reference output (both seen as float64)."""
@@ -50,6 +86,25 @@ class OutputComparison:
     worst_index: tuple[int, ...] | None = None
     worst_candidate: float | complex | None = None
     worst_reference: float | complex | None = None
+    honest: HonestBound | None = None
+    elementwise_ratio: float = 0.0  # max over elements of |out - ref| / allowed
+
+    @property
+    def rel_norm_bound(self) -> float:
+        return self.honest.bound if self.honest is not None else self.tolerance.rel_norm
+
+    @property
+    def norm_ratio(self) -> float:
+        """rel-norm error / its bound (inf when the bound is 0 and the error is not)."""
+        if self.rel_norm == 0:
+            return 0.0
+        return self.rel_norm / self.rel_norm_bound if self.rel_norm_bound else float("inf")
+
+    @property
+    def failed_bounds(self) -> tuple[str, ...]:
+        """Which bounds failed: ``"elementwise"``, ``"norm"``, both or none."""
+        return tuple(name for name, bad in (("elementwise", self.mismatches > 0),
+                                            ("norm", self.rel_norm > self.rel_norm_bound)) if bad)
 
     @property
     def mismatch_fraction(self) -> float:
@@ -57,17 +112,22 @@ class OutputComparison:
 
     @property
     def passed(self) -> bool:
-        return self.mismatches == 0 and self.rel_norm <= self.tolerance.rel_norm
+        return not self.failed_bounds
 
     def lines(self) -> list[str]:
         """The error figures, one fact per line, for a failure message."""
+        failed = " and ".join(self.failed_bounds) or "no"
+        honest = self.honest if self.honest is not None else HonestBound.table_only(self.tolerance.rel_norm)
         out = [
             f"output {self.name}: candidate {self.dtype}{list(self.shape)} vs reference "
             f"{self.reference_dtype}{list(self.shape)}",
-            f"max abs err {self.max_abs:.3e}, max rel err {self.max_rel:.3e}, rel-norm err {self.rel_norm:.3e}"
-            f" (bound {self.tolerance.rel_norm:.1e})",
-            f"tolerance {self.tolerance}; {self.mismatches} of {self.numel} elements mismatch "
-            f"({100 * self.mismatch_fraction:.2f}%)",
+            f"{failed} bound failed: rel-norm err {self.rel_norm:.3e} = {_ratio(self.norm_ratio)} x its bound "
+            f"{self.rel_norm_bound:.2e}; worst element at {_ratio(self.elementwise_ratio)} x its allowance, "
+            f"{self.mismatches} of {self.numel} elements mismatch ({100 * self.mismatch_fraction:.2f}%)",
+            f"max abs err {self.max_abs:.3e}, max rel err {self.max_rel:.3e}",
+            str(honest),
+            f"elementwise allowance max(atol + rtol*|ref|, {honest.rule.elementwise:g} x rel-norm bound x "
+            f"(|ref| + rms(ref))); table {self.tolerance}",
         ]
         if self.worst_index is not None:
             out.append(f"worst at index {self.worst_index}: candidate {_num(self.worst_candidate)} vs "
@@ -161,6 +221,10 @@ def failure_message(report: KernelReport, reason: str, headline: str, trial: Tri
     seed = trial.seed if trial is not None else report.seed
     lines.append("repro: " + report.repro.format(seed=seed))
     return "\n  ".join(lines)
+
+
+def _ratio(value: float) -> str:
+    return f"{value:.3g}" if math.isfinite(value) else "inf"
 
 
 def _num(value: Any) -> str:

@@ -1,0 +1,372 @@
+"""The tolerance corpus: honest kernels of many reductions pass ``check_kernel``'s defaults, wrong ones fail.
+
+Every op runs on zero-mean inputs in fp32, fp16 and bf16 (tf32 where declared). Honest variants (torch's own
+kernel, another summation order, blocked sums, float64-then-cast, non-contiguous inputs) must pass 10 seeds;
+wrong variants (scaled by 0.1 % or 2 %, bf16 inputs inside an fp32 kernel, one element wrong, half
+written) must fail. The same corpus runs on CUDA in ``tests/gates/test_tolerance_corpus_gpu.py``.
+``python tests/plugin/test_tolerance_corpus.py`` prints the measured table of docs/kernel_check.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+import pytest
+
+torch = pytest.importorskip("torch")
+np = pytest.importorskip("numpy")
+
+import torch.nn.functional as F  # noqa: E402
+
+from pytest_ditgate import GateFailure, check_kernel  # noqa: E402
+from pytest_ditgate.correctness.inputs import make_tensor  # noqa: E402
+
+SEEDS = 10
+DTYPES = ("float32", "float16", "bfloat16")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """One intra-op thread: with xdist workers on a 2-core machine, torch's spinning thread pools slowed the
+    corpus's many small reductions 10-60x (softmax 34 s instead of 0.5 s); the verdicts do not depend on it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+# -- honest implementations in another order (numpy accumulates sequentially in float32) --------------
+
+def _np32(t: Any) -> Any:
+    return t.detach().float().cpu().numpy()
+
+
+def _back(array: Any, like: Any, dtype: Any = None) -> Any:
+    return torch.as_tensor(np.array(array, dtype=np.float32)).to(device=like.device, dtype=dtype or like.dtype)
+
+
+def sequential_sum(x: Any, dim: int = -1) -> Any:
+    """Each output summed one element after another in float32 (a naive one-thread-per-output loop)."""
+    return _back(np.add.accumulate(_np32(x), axis=dim).take(-1, axis=dim), x)
+
+
+def two_level_sum(x: Any) -> Any:
+    """Sum of all elements as a GPU block does it: 1024 sequential chunks, then their partials in order."""
+    flat = _np32(x).reshape(-1)
+    flat = flat.reshape(min(1024, flat.size), -1)
+    partial = np.add.accumulate(flat, axis=1)[:, -1]
+    return _back(np.add.accumulate(partial)[-1], x)
+
+
+def sequential_matmul(a: Any, b: Any) -> Any:
+    """``a @ b`` with every output accumulated over K in order, products rounded to float32 (no FMA)."""
+    products = _np32(a)[..., :, None, :] * np.swapaxes(_np32(b), -1, -2)[..., None, :, :]
+    return _back(np.add.accumulate(products, axis=-1)[..., -1], a)
+
+
+def tiled_matmul(a: Any, b: Any, tile: int = 256) -> Any:
+    """``a @ b`` as a tiled kernel: float32 partial products per K tile, added to the accumulator in order."""
+    acc = torch.zeros(a.shape[:-1] + b.shape[-1:], dtype=torch.float32, device=a.device)
+    for k in range(0, a.shape[-1], tile):
+        acc = acc + a[..., k:k + tile].float() @ b[..., k:k + tile, :].float()
+    return acc.to(a.dtype)
+
+
+def sequential_scan(x: Any, op: Any) -> Any:
+    """cumsum / cumprod along the last dim, one element after another in float32."""
+    return _back(op.accumulate(_np32(x), axis=-1), x)
+
+
+# -- the ops -----------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Op:
+    """One op of the corpus: a plain reference, its input shapes, and its honest reorderings."""
+
+    name: str
+    reference: Callable[..., Any]
+    shapes: tuple[tuple[int, ...], ...]
+    orders: dict[str, Callable[..., Any]] = field(default_factory=dict)  # honest variants in another order
+    dtypes: tuple[str, ...] = DTYPES
+    inputs: str = "normal"  # "normal" (zero mean) or "near_one" (1 + N(0, 0.01^2): cumprod stays finite)
+    gpu_shapes: tuple[tuple[int, ...], ...] | None = None  # heavier sizes on CUDA
+    gpu_dtypes: tuple[str, ...] = DTYPES  # the CPU budget leaves some dtypes to the GPU corpus
+    #: False where no output check can see bf16 input rounding: a scalar of positive terms averages it away
+    sees_input_rounding: bool = True
+
+    def make_inputs(self, dtype: str, device: str = "cpu", *, gpu: bool = False) -> Callable[[int], tuple]:
+        shapes = self.gpu_shapes if gpu and self.gpu_shapes else self.shapes
+
+        def make_inputs(seed: int) -> tuple:
+            out = []
+            for i, shape in enumerate(shapes):
+                t = make_tensor(shape, "float64", seed=seed * 101 + i, device=device)
+                out.append((1 + t / 100 if self.inputs == "near_one" else t).to(getattr(torch, dtype)))
+            return tuple(out)
+        return make_inputs
+
+
+def _layer_norm(x, w, b):
+    return F.layer_norm(x, x.shape[-1:], w, b, eps=1e-5)
+
+
+def _rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+def _sdpa(q, k, v):
+    return F.scaled_dot_product_attention(q, k, v)
+
+
+def _attention_explicit(q, k, v):
+    """Attention written out: fp32 scores, softmax, fp32 PV (what a naive fused kernel computes)."""
+    scores = (q.float() @ k.float().transpose(-1, -2)) / q.shape[-1] ** 0.5
+    return (torch.softmax(scores, -1) @ v.float()).to(q.dtype)
+
+
+def _matmul(a, b):
+    return a @ b
+
+
+OPS: tuple[Op, ...] = (
+    Op("gemm K=4096", _matmul, ((16, 4096), (4096, 16)),
+       {"sequential": sequential_matmul, "tiled": tiled_matmul}, gpu_shapes=((1024, 4096), (4096, 1024))),
+    Op("gemm K=131072", _matmul, ((2, 131072), (131072, 2)),
+       {"sequential": sequential_matmul, "tiled": lambda a, b: tiled_matmul(a, b, 8192)}, dtypes=("float32",),
+       gpu_dtypes=("float32", "bfloat16"),
+       gpu_shapes=((64, 131072), (131072, 64))),
+    Op("linear K=1152", lambda x, w, b: F.linear(x, w, b), ((8, 1152), (96, 1152), (96,)),
+       {"tiled": lambda x, w, b: (tiled_matmul(x, w.t(), 128).float() + b.float()).to(x.dtype)},
+       gpu_shapes=((4096, 1152), (1152, 1152), (1152,))),
+    Op("batched gemm", torch.bmm, ((4, 16, 512), (4, 512, 16)),
+       {"sequential": sequential_matmul, "tiled": tiled_matmul}, gpu_shapes=((64, 256, 1024), (64, 1024, 256))),
+    Op("matrix-vector", torch.mv, ((64, 8192), (8192,)),
+       {"sequential": lambda a, x: sequential_matmul(a, x[:, None])[:, 0]},
+       gpu_shapes=((8192, 8192), (8192,))),
+    Op("sum over 1M", lambda x: x.sum(), ((1 << 20,),), {"two-level": two_level_sum}, dtypes=("float32", "bfloat16"),
+       gpu_shapes=((1 << 23,),)),
+    Op("row sums of 65536", lambda x: x.sum(-1), ((4, 65536),), {"sequential": sequential_sum}),
+    Op("mean", lambda x: x.mean(-1), ((16, 4096),),
+       {"sequential": lambda x: (sequential_sum(x.float()) / x.shape[-1]).to(x.dtype)}),
+    Op("var", lambda x: x.var(-1), ((16, 4096),),
+       {"two-pass sequential": lambda x: (sequential_sum(
+           (x.float() - sequential_sum(x.float())[:, None] / x.shape[-1]) ** 2) / (x.shape[-1] - 1)).to(x.dtype)}),
+    Op("layernorm", _layer_norm, ((16, 1152), (1152,), (1152,)),
+       {"fp32 math": lambda x, w, b: _layer_norm(x.float(), w.float(), b.float()).to(x.dtype)}),
+    Op("rmsnorm", _rms_norm, ((16, 1152), (1152,)),
+       {"fp32 math": lambda x, w: _rms_norm(x.float(), w.float()).to(x.dtype)}),
+    Op("sum of squares of 262144", lambda x: (x * x).sum(), ((262144,),),
+       {"sequential": lambda x: _back(np.add.accumulate(_np32(x) ** 2)[-1], x),
+        "two-level": lambda x: two_level_sum(x.float() ** 2).to(x.dtype)},
+       dtypes=("float32",), gpu_dtypes=("float32",), sees_input_rounding=False),
+    Op("frobenius norm", lambda x: torch.linalg.norm(x), ((512, 512),),
+       {"two-level": lambda x: two_level_sum(x.float() ** 2).sqrt().to(x.dtype)}, sees_input_rounding=False),
+    Op("softmax", lambda x: torch.softmax(x, -1), ((16, 4096),),
+       {"fp32 math": lambda x: torch.softmax(x.float(), -1).to(x.dtype),
+        "sequential": lambda x: (torch.exp(x.float() - x.float().amax(-1, keepdim=True))
+                                 / sequential_sum(torch.exp(x.float() - x.float().amax(-1, keepdim=True)))[:, None]
+                                 ).to(x.dtype)}),
+    Op("log-softmax", lambda x: torch.log_softmax(x, -1), ((16, 4096),),
+       {"fp32 math": lambda x: torch.log_softmax(x.float(), -1).to(x.dtype)}),
+    Op("cumsum of 32768", lambda x: torch.cumsum(x, -1), ((2, 32768),),
+       {"sequential": lambda x: sequential_scan(x, np.add)}),
+    Op("cumprod of 32768", lambda x: torch.cumprod(x, -1), ((2, 32768),),
+       {"sequential": lambda x: sequential_scan(x, np.multiply)}, inputs="near_one"),
+    Op("conv1d", lambda x, w: F.conv1d(x, w, padding=4), ((1, 32, 256), (32, 32, 9)),
+       gpu_shapes=((16, 256, 4096), (256, 256, 9))),
+    Op("conv2d", lambda x, w: F.conv2d(x, w, padding=1), ((1, 16, 16, 16), (16, 16, 3, 3)),
+       {"im2col": lambda x, w: tiled_matmul(
+           w.reshape(w.shape[0], -1)[None], F.unfold(x, 3, padding=1), 32).reshape(x.shape[0], w.shape[0], *x.shape[2:])},
+       gpu_shapes=((8, 256, 64, 64), (256, 256, 3, 3))),
+    Op("attention", _sdpa, ((1, 2, 128, 64),) * 3, {"explicit": _attention_explicit},
+       gpu_shapes=((8, 16, 1024, 64),) * 3),
+)
+
+
+#: fp16 GEMM/conv/attention have no fast CPU kernels: their fp16 cases run in the GPU corpus only
+OPS = tuple(replace(op, dtypes=("float32", "bfloat16"))
+            if op.name in ("linear K=1152", "batched gemm", "conv1d", "conv2d", "attention") else op for op in OPS)
+
+
+def float64_then_cast(reference: Callable[..., Any]) -> Callable[..., Any]:
+    def kernel(*args):
+        return reference(*(a.double() for a in args)).to(args[0].dtype)
+    return kernel
+
+
+def noncontiguous(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """The reference on copies of the inputs with every other element of a twice-as-wide buffer."""
+    def kernel(*args):
+        copies = []
+        for a in args:
+            wide = torch.zeros(a.shape[:-1] + (2 * a.shape[-1],), dtype=a.dtype, device=a.device)
+            wide[..., ::2] = a
+            copies.append(wide[..., ::2])
+        return reference(*copies)
+    return kernel
+
+
+def honest_variants(op: Op) -> dict[str, Callable[..., Any]]:
+    return {"torch": op.reference, "float64-then-cast": float64_then_cast(op.reference),
+            "non-contiguous": noncontiguous(op.reference), **op.orders}
+
+
+def scaled(reference: Callable[..., Any], factor: float) -> Callable[..., Any]:
+    return lambda *args: (reference(*args).double() * factor).to(reference(*args).dtype)
+
+
+def bf16_inputs(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """An fp32 kernel that reads its inputs as bf16 (bf16 math inside an fp32 kernel)."""
+    return lambda *args: reference(*(a.to(torch.bfloat16).to(a.dtype) for a in args))
+
+
+def one_element_wrong(reference: Callable[..., Any]) -> Callable[..., Any]:
+    def kernel(*args):
+        out = reference(*args).clone()
+        flat = out.view(-1)
+        index = flat.numel() // 3
+        flat[index] = flat[index] + flat.abs().amax()  # off by the output's largest magnitude (a misplaced value)
+        return out
+    return kernel
+
+
+def half_written(reference: Callable[..., Any]) -> Callable[..., Any]:
+    def kernel(*args):
+        full = reference(*args)
+        out = torch.empty_like(full)  # poisoned by the gate: the unwritten half shows
+        out.view(-1)[: full.numel() // 2] = full.reshape(-1)[: full.numel() // 2]
+        return out
+    return kernel
+
+
+def wrong_variants(op: Op, dtype: str) -> dict[str, tuple[Callable[..., Any], tuple[str, ...]]]:
+    """name -> (kernel, accepted reasons). 0.1 % and bf16 inputs only where fp32 can see them."""
+    ref = op.reference
+    wrong: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
+        "2 % scale": (scaled(ref, 1.02), ("mismatch",)),
+        "one element wrong": (one_element_wrong(ref), ("mismatch",)),
+    }
+    if dtype == "float32":
+        wrong["0.1 % scale"] = (scaled(ref, 1.001), ("mismatch",))
+        if op.sees_input_rounding:
+            wrong["bf16 inputs"] = (bf16_inputs(ref), ("mismatch",))
+    return wrong
+
+
+def cases(dtypes: tuple[str, ...] = DTYPES) -> list[tuple[Op, str]]:
+    return [(op, dtype) for op in OPS for dtype in op.dtypes if dtype in dtypes]
+
+
+def _id(case: tuple[Op, str]) -> str:
+    return f"{case[0].name} {case[1]}"
+
+
+CASES = cases()
+
+
+#: the corpus judges tolerances: the determinism re-run and memory poisoning (tested elsewhere) are skipped
+HONEST_OPTIONS = {"check_determinism": False, "poison_memory": False}
+
+
+def check_honest(op: Op, dtype: str, device: str = "cpu", *, gpu: bool = False,
+                 extra: dict[str, Callable[..., Any]] | None = None, **options: Any) -> dict[str, Any]:
+    """Every honest variant of ``op`` in ``dtype`` passes ``SEEDS`` seeds; returns the reports by variant."""
+    make = op.make_inputs(dtype, device, gpu=gpu)
+    reports = {}
+    for name, kernel in {**honest_variants(op), **(extra or {})}.items():
+        try:
+            reports[name] = check_kernel(kernel, op.reference, make, trials=SEEDS, label=f"{op.name} {dtype} {name}",
+                                         **{**HONEST_OPTIONS, **options})
+        except GateFailure as failure:
+            raise AssertionError(f"false rejection of the honest variant {name!r}:\n{failure.message}") from None
+    return reports
+
+
+def check_wrong(op: Op, dtype: str, device: str = "cpu", *, gpu: bool = False, **options: Any) -> dict[str, str]:
+    """Every wrong variant of ``op`` in ``dtype`` fails with an accepted reason; returns the reasons."""
+    make = op.make_inputs(dtype, device, gpu=gpu)
+    reasons = {}
+    variants = {**wrong_variants(op, dtype), "half written": (half_written(op.reference), ("stale_output",))}
+    if op.reference(*make(0)).numel() < 2:
+        del variants["half written"], variants["one element wrong"]  # a scalar has no half and no other element
+    for name, (kernel, accepted) in variants.items():
+        with pytest.raises(GateFailure) as failure:
+            check_kernel(kernel, op.reference, make, trials=SEEDS, label=f"{op.name} {dtype} {name}", **options)
+        assert failure.value.reason in accepted, (name, failure.value.message)
+        reasons[name] = failure.value.reason
+    return reasons
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_honest_variants_pass_ten_seeds(case: tuple[Op, str]) -> None:
+    check_honest(*case)
+
+
+@pytest.mark.parametrize("case", CASES, ids=_id)
+def test_wrong_variants_fail(case: tuple[Op, str]) -> None:
+    check_wrong(*case)
+
+
+def test_the_corpus_covers_forty_cases_over_three_dtypes() -> None:
+    assert len(CASES) >= 40 and len(OPS) >= 20 and {dtype for _, dtype in CASES} == set(DTYPES)
+
+
+def _tf32(t: Any) -> Any:
+    """``t`` rounded to TF32 (10 explicit mantissa bits), as tensor cores read fp32 operands."""
+    bits = t.float().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def test_tf32_math_passes_only_where_declared() -> None:
+    op = OPS[0]
+    tf32 = lambda a, b: _tf32(a) @ _tf32(b)  # noqa: E731
+    make = op.make_inputs("float32")
+    assert check_kernel(tf32, op.reference, make, trials=SEEDS, compute_dtype="tf32").passed
+    with pytest.raises(GateFailure) as failure:
+        check_kernel(tf32, op.reference, make, trials=SEEDS)
+    assert failure.value.reason == "mismatch"
+    with pytest.raises(GateFailure):  # bf16 operands are 8x coarser than the tf32 it declares
+        check_kernel(bf16_inputs(op.reference), op.reference, make, trials=SEEDS, compute_dtype="tf32")
+
+
+def test_compiled_variant_is_left_to_the_gpu_corpus() -> None:
+    pytest.skip("torch.compile of 19 ops takes minutes on 2 CPU cores; the GPU corpus checks compiled variants")
+
+
+# -- measured table (python tests/plugin/test_tolerance_corpus.py) -------------------------------------
+
+def _measure(dtypes: tuple[str, ...] = DTYPES) -> None:  # pragma: no cover - prints docs/kernel_check.md's table
+    """Worst honest variant per case (error / bound, elementwise and norm), and the old dtype-only rule's verdict."""
+    from unittest import mock
+
+    from pytest_ditgate.correctness import checks, tolerances
+
+    old_table = {**tolerances.TOLERANCES, "float32": tolerances.Tolerance(1.3e-6, 1e-5, 1e-5)}
+    print("| op | dtype | worst honest: norm err/bound, element err/allowance (variant; bound from) | "
+          "old rule (dtype table only) rejects |")
+    print("|---|---|---|---|")
+    for op, dtype in cases(dtypes):
+        with mock.patch.object(checks, "ALWAYS_ESTIMATE", True):
+            reports = check_honest(op, dtype)
+        outs = [(o, name) for name, r in reports.items() for t in r.trials for o in t.outputs]
+        norm, variant = max(((o.norm_ratio, name) for o, name in outs))
+        element = max(o.elementwise_ratio for o, _ in outs)
+        source = sorted({o.honest.source for o, _ in outs})
+        rejected = []
+        with mock.patch.object(tolerances, "HONEST_RULE", tolerances.HonestRule(0.0, 0.0, 0.0)), \
+                mock.patch.dict(tolerances.TOLERANCES, old_table):
+            for name, kernel in honest_variants(op).items():
+                try:
+                    check_kernel(kernel, op.reference, op.make_inputs(dtype), trials=SEEDS, **HONEST_OPTIONS)
+                except GateFailure:
+                    rejected.append(name)
+        print(f"| {op.name} | {dtype} | {norm:.2f}, {element:.2f} ({variant}; {'/'.join(source)}) | "
+              f"{', '.join(rejected) or '-'} |", flush=True)
+
+
+if __name__ == "__main__":
+    import sys
+
+    torch.set_num_threads(1)  # as in the tests: torch's non-contiguous reductions are then sequential
+    _measure(tuple(sys.argv[1:]) or DTYPES)
