@@ -10,8 +10,10 @@ torch, so a reviewer can see that the committed result belongs to the tree.
 
 Stages (``--stages``, comma-separated; default all, in this order; each has a time limit):
 
-- ``suites``: one pytest process over every GPU suite (kernels, correctness + tolerance corpus, device,
-  bench, fast DiT, DiT gates), counted per suite from its JUnit XML;
+- ``suites``: one pytest process over every GPU suite (kernels, correctness, device, bench, fast DiT, DiT
+  gates), counted per suite from its JUnit XML;
+- ``corpus``: the tolerance corpus on CUDA, as CORPUS_SHARDS pytest processes in parallel on the one GPU
+  (``DITGATE_CORPUS_SHARD``; nothing in it is timed, so sharing the GPU cannot change a verdict);
 - ``fidelity``: ``benchmarks/timer_fidelity.py`` (targets met in every one of its consecutive runs);
 - ``kernels``: ``benchmarks/kernels_bench.py`` (fused kernels against copy bandwidth and torch.compile);
 - ``dit``: ``benchmarks/dit_bench.py`` forward only (the fast DiT-XL/2 forward against diffusers'
@@ -46,14 +48,17 @@ RESULT = ROOT / "benchmarks" / "results" / "gpu_check.json"
 #: suite name -> test paths (relative to the root); one pytest process runs them all
 SUITES = {
     "kernels": ["tests/gates/kernels", "tests/kernels"],
-    "correctness": ["tests/gates/test_correctness_gpu.py", "tests/gates/test_tolerance_corpus_gpu.py"],
+    "correctness": ["tests/gates/test_correctness_gpu.py"],
     "device": ["tests/gates/test_device_gate.py"],
     "bench": ["tests/gates/test_bench_gpu.py"],
     "fast_dit": ["tests/dit_fast"],
     "dit_gates": ["tests/gates/dit"],
 }
+#: the tolerance corpus (it times nothing): this many pytest processes share one GPU, each a shard
+CORPUS = "tests/gates/test_tolerance_corpus_gpu.py"
+CORPUS_SHARDS = 6
 #: stage -> seconds it may take (measured on the H200 with headroom); the whole check fits 10 minutes
-STAGE_LIMITS = {"suites": 240, "fidelity": 150, "kernels": 100, "dit": 90, "loop": 200}
+STAGE_LIMITS = {"suites": 240, "corpus": 120, "fidelity": 150, "kernels": 100, "dit": 90, "loop": 200}
 
 
 # -- the tree hash (no torch, no git: the device copy of the tree has no .git) ---------------------------
@@ -149,6 +154,46 @@ def stage_suites(logs: Path, limit: float) -> dict[str, Any]:
     return result
 
 
+def stage_corpus(logs: Path, limit: float, shards: int = CORPUS_SHARDS) -> dict[str, Any]:
+    """The tolerance corpus as ``shards`` parallel pytest processes; counts merged from their JUnit XML."""
+    start = time.monotonic()
+    processes = []
+    for index in range(shards):
+        xml, log = logs / f"corpus_{index}.xml", logs / f"corpus_{index}.log"
+        out = log.open("w")
+        command = [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rs",
+                   "--durations=10", f"--junitxml={xml}", "-o", "junit_family=xunit1", CORPUS]
+        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                   env=child_env(DITGATE_CORPUS_SHARD=f"{index}/{shards}"))
+        processes.append((process, out, xml))
+    codes = []
+    for process, out, _ in processes:
+        try:
+            codes.append(process.wait(timeout=max(1.0, limit - (time.monotonic() - start))))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+            out.write(f"\n[gpu_check] killed after {limit:.0f} s\n")
+            codes.append(124)
+        out.close()
+    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
+    failures, skips = [], []
+    for (_, _, xml), code in zip(processes, codes):
+        if not xml.exists():
+            failures.append(f"{xml.name}: no JUnit XML (exit {code})")
+            continue
+        shard_counts, shard_failures, shard_skips = junit_counts(xml)
+        for suite_counts in shard_counts.values():
+            for key in counts:
+                counts[key] += suite_counts[key]
+        failures += shard_failures
+        skips += shard_skips
+    return {"rc": max(codes), "seconds": round(time.monotonic() - start, 1), "shards": shards,
+            "counts": {"tolerance_corpus": counts}, "failures": failures, "skips": skips,
+            "passed": not any(codes) and not failures and counts["passed"] > 0
+            and counts["failed"] + counts["errors"] == 0}
+
+
 def targets_from(path: Path, convert: Callable[[dict], list[dict]]) -> tuple[list[dict], list[str]]:
     if not path.exists():
         return [], [f"{path.name} was not written"]
@@ -233,6 +278,7 @@ def run_stages(stages: list[str], arch: str, logs: Path, out: Path,
                after_each: Callable[[dict[str, Any]], None] = lambda results: None) -> dict[str, Any]:
     runners: dict[str, Callable[[], dict[str, Any]]] = {
         "suites": lambda: stage_suites(logs, STAGE_LIMITS["suites"]),
+        "corpus": lambda: stage_corpus(logs, STAGE_LIMITS["corpus"]),
         "fidelity": lambda: benchmark_stage("timer_fidelity.py", ["--runs", "3"], f"timer_fidelity_{arch}.json",
                                             fidelity_targets, logs, STAGE_LIMITS["fidelity"], out),
         "kernels": lambda: benchmark_stage("kernels_bench.py", ["--dtypes", "bf16,fp32", "--budget-s", "40"],

@@ -51,6 +51,7 @@ def idle_replay(graph: CapturedGraph) -> float:
 def main() -> None:
     import triton.testing as tt
 
+    print("torch", torch.__version__, "cuda", torch.version.cuda, torch.cuda.get_device_name(), flush=True)
     x2 = torch.randn(16, 256, 1152, device="cuda", dtype=torch.bfloat16)
     a5 = torch.randn(64 << 20, device="cuda", dtype=torch.float32)
     cases = {"layernorm": (lambda x: F.layer_norm(x, (1152,), eps=1e-6), (x2,)), "copy": (torch.clone, (a5,))}

@@ -10,6 +10,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from pytest_ditgate.correctness import tolerances
 from pytest_ditgate.correctness.tolerances import HONEST_RULE, HonestRule, Tolerance
 
 #: stable reason codes, in the order the checks run within a trial
@@ -55,7 +56,7 @@ class HonestBound:
 
     @classmethod
     def table_only(cls, table: float, *notes: str) -> "HonestBound":
-        return cls(table=table, bound=table, notes=tuple(notes))
+        return cls(table=table, bound=table, rule=tolerances.HONEST_RULE, notes=tuple(notes))
 
     def __str__(self) -> str:
         parts = [f"table {self.table:.1e}"]
