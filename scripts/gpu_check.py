@@ -21,7 +21,10 @@ Stages (``--stages``, comma-separated; default all, in this order; each has a ti
 - ``loop``: the documented agent loop in a temporary git repository of this project (baseline, an honest
   speedup KEEP, an empty commit 11, a quality break 10, a fixed-path edit 12, an out-of-scope edit 13).
 
-It fits one 10-minute call on one H200. Logs go to ``--logs`` (default: a temporary folder).
+It fits one 10-minute call on one H200. Where a session's device calls are shorter, run the stages in
+several calls on the same tree and combine them: ``--merge a.json b.json --json gpu_check.json`` is green
+only when the records share the tree hash and the environment and together ran every stage, each green.
+Logs go to ``--logs`` (default: a temporary folder).
 """
 
 from __future__ import annotations
@@ -338,6 +341,41 @@ def print_table(record: dict[str, Any]) -> None:
     print(f"GREEN: {record['green']}")
 
 
+def merge_records(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """One record from checks of the same tree on the same device and software, each running other stages
+    (for sessions whose device calls are shorter than the whole check). Green only when together they ran
+    every stage, each passed, and no tree changed while its check ran; every call is listed."""
+    first = records[0]
+    problems = []
+    for record in records[1:]:
+        if record.get("tree_hash") != first.get("tree_hash"):
+            problems.append(f"tree hashes differ: {first.get('tree_hash')} and {record.get('tree_hash')}")
+        if record.get("environment") != first.get("environment"):
+            problems.append("the checks ran on different devices or software: "
+                            f"{first.get('environment')} and {record.get('environment')}")
+    stages: dict[str, Any] = {}
+    for record in records:
+        if record.get("partial"):
+            problems.append(f"a check did not finish (partial record of {', '.join(record.get('stages', {}))})")
+        if record.get("tree_hash_after", record.get("tree_hash")) != record.get("tree_hash"):
+            problems.append("the tree changed while a check ran")
+        for stage, result in record.get("stages", {}).items():
+            if stage in stages:
+                problems.append(f"stage {stage} ran in more than one check")
+            stages[stage] = result
+    ordered = {stage: stages[stage] for stage in STAGE_LIMITS if stage in stages}
+    missing = [stage for stage in STAGE_LIMITS if stage not in stages]
+    if missing:
+        problems.append(f"no check ran: {', '.join(missing)}")
+    return {"tree_hash": first.get("tree_hash"), "environment": first.get("environment"),
+            "stages_run": list(ordered), "started": min(str(r.get("started")) for r in records),
+            "seconds": round(sum(float(r.get("seconds", 0)) for r in records), 1), "stages": ordered,
+            "tree_hash_after": first.get("tree_hash"),
+            "calls": [{"started": r.get("started"), "seconds": r.get("seconds"), "stages": list(r.get("stages", {}))}
+                      for r in records],
+            "problems": problems, "green": not problems and all(r["passed"] for r in ordered.values())}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hash", action="store_true", help="print the tree hash and exit (no torch needed)")
@@ -345,10 +383,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default=str(RESULT), help="where to write the record")
     parser.add_argument("--logs", default=None, help="folder for logs (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="folder for benchmark results (default: beside the logs)")
+    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
+                        help="combine records of the same tree that ran other stages into --json (no GPU needed)")
     ns = parser.parse_args(argv)
     if ns.hash:
         print(tree_hash())
         return 0
+    if ns.merge:
+        record = merge_records([json.loads(Path(p).read_text()) for p in ns.merge])
+        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(ns.json).write_text(json.dumps(record, indent=1, default=str) + "\n")
+        print_table(record)
+        for problem in record["problems"]:
+            print(f"problem: {problem}")
+        return 0 if record["green"] else 1
     stages = [s for s in ns.stages.split(",") if s]
     unknown = [s for s in stages if s not in STAGE_LIMITS]
     if unknown:
