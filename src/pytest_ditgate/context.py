@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,10 +35,9 @@ class DitgateContext:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "DitgateContext":
-        raw_dir = options.get_option(config, options.ARTEFACT_DIR) or os.environ.get("DITGATE_DIR")
-        artefact_dir = Path(raw_dir) if raw_dir else Path(config.rootpath) / ".ditgate"
-        if not artefact_dir.is_absolute():
-            artefact_dir = Path(config.rootpath) / artefact_dir
+        from pytest_ditgate.experiment.artefacts import resolve_artefact_dir
+
+        artefact_dir = resolve_artefact_dir(config.rootpath, options.get_option(config, options.ARTEFACT_DIR))
         return cls(
             enabled=bool(options.get_option(config, options.ENABLE)),
             target=options.get_option(config, options.TARGET),

@@ -11,8 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-#: from least to most constrained quality contract
-CLASSES = ("exact", "numerical", "approximate", "quantization")
+from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
+
+#: from least to most constrained quality contract (owned by ``quality.specs``; re-exported here)
+CLASSES = EXPERIMENT_CLASSES
 
 LOW_BIT_DTYPES = frozenset({
     "int8", "uint8", "int4", "uint4", "qint8", "quint8", "qint32", "quint4x2", "quint2x4",

@@ -1,21 +1,19 @@
-"""The experiment ledger: ``results.tsv`` (the autoresearch loop's columns), ``experiments.jsonl`` (full
-detail) and the best record per lane and arch. Appends are locked single writes; the best file is
-replaced atomically and only on KEEP."""
+"""The experiment ledger: ``results.tsv`` (the autoresearch loop's columns) and ``experiments.jsonl``
+(full detail), for people and reports. Appends are locked single writes. A lane's best is NOT kept here:
+it lives in the lane's hash-chained history (:mod:`pytest_ditgate.experiment.history`)."""
 
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Any
 
-from pytest_ditgate.fsutil import append_jsonl, atomic_write_json, lock_for, read_jsonl
+from pytest_ditgate.fsutil import append_jsonl, lock_for, read_jsonl
 
 TSV_COLUMNS = ("timestamp", "commit", "parent", "status", "class", "objective_metric", "best_before",
                "candidate", "improvement_pct", "peak_vram_gb", "quality", "description")
 RESULTS_TSV = "results.tsv"
 EXPERIMENTS_JSONL = "experiments.jsonl"
-BEST_DIR = "best"
 
 
 def _cell(value: Any) -> str:
@@ -53,27 +51,3 @@ def read_results(root: Path) -> list[dict[str, str]]:
 
 def read_experiments(root: Path) -> list[dict[str, Any]]:
     return read_jsonl(root / EXPERIMENTS_JSONL)[0]
-
-
-def _best_path(root: Path, lane: str, arch: str) -> Path:
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{lane}__{arch}")
-    return root / BEST_DIR / f"{safe}.json"
-
-
-def load_best(root: Path, lane: str, arch: str) -> dict[str, Any] | None:
-    """The lane's current best on this arch, or None (an unreadable file is reported, not trusted)."""
-    path = _best_path(root, lane, arch)
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        return None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"best record {path} is corrupt ({exc}); remove it to restart the lane") from None
-
-
-def store_best(root: Path, lane: str, arch: str, record: dict[str, Any]) -> Path:
-    """Replace the lane's best (call only on KEEP); the record keeps its raw samples."""
-    path = _best_path(root, lane, arch)
-    with lock_for(path):
-        atomic_write_json(path, record)
-    return path
