@@ -8,8 +8,8 @@ import pytest
 
 from pytest_ditgate.verdict import Category, Status, GateOutcome, decide
 from pytest_ditgate.verdict.classify import approximation_evidence, classify, quantization_evidence
-from pytest_ditgate.verdict.ledger import TSV_COLUMNS, append_experiment, load_best, read_results, store_best
-from pytest_ditgate.verdict.scope import changed_paths, resolve_base, scope_violations
+from pytest_ditgate.verdict.ledger import TSV_COLUMNS, append_experiment, read_results
+from pytest_ditgate.verdict.scope import scope_violations
 
 
 def test_all_green_is_keep() -> None:
@@ -48,63 +48,36 @@ def test_ledger_tsv_and_best(tmp_path) -> None:
     assert [r["status"] for r in rows] == ["keep", "discard"]
     assert rows[0]["description"] == "tab here" and rows[0]["candidate"] == "1.23457"
     assert (tmp_path / "results.tsv").read_text().splitlines()[0].split("\t") == list(TSV_COLUMNS)
-    assert load_best(tmp_path, "fwd", "sm_90") is None
-    store_best(tmp_path, "fwd", "sm_90", {"speedup": 1.5, "samples": [1, 2]})
-    assert load_best(tmp_path, "fwd", "sm_90")["samples"] == [1, 2]
-    assert load_best(tmp_path, "fwd", "sm_86") is None
-
-
-def test_corrupt_best_is_reported(tmp_path) -> None:
-    path = store_best(tmp_path, "fwd", "cpu", {"a": 1})
-    path.write_text("{half")
-    with pytest.raises(ValueError, match="corrupt"):
-        load_best(tmp_path, "fwd", "cpu")
 
 
 def test_scope(tmp_path) -> None:
-    def git(*args: str) -> None:
+    """Fixed paths and paths outside the mutable ones are named (the judge diffs against the lane's anchors)."""
+    from pytest_ditgate.experiment import git
+
+    def run(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
-    git("init", "-q")
-    git("config", "user.email", "t@example.com")
-    git("config", "user.name", "t")
+    run("init", "-q")
+    run("config", "user.email", "t@example.com")
+    run("config", "user.name", "t")
     (tmp_path / "dit_impl").mkdir()
     (tmp_path / "dit_impl" / "fast.py").write_text("a = 1\n")
     (tmp_path / "golden").mkdir()
     (tmp_path / "golden" / "g.bin").write_text("g")
-    git("add", "-A")
-    git("commit", "-qm", "base")
+    run("add", "-A")
+    run("commit", "-qm", "base")
+    anchor = git.head(tmp_path)
     (tmp_path / "dit_impl" / "fast.py").write_text("a = 2\n")
     (tmp_path / "golden" / "g.bin").write_text("h")
     (tmp_path / "notes.txt").write_text("new")
-    git("add", "dit_impl/fast.py")
-    git("commit", "-qm", "candidate")
-    base = resolve_base(tmp_path, None)
-    changed = changed_paths(tmp_path, base)
+    run("add", "dit_impl/fast.py")
+    run("commit", "-qm", "one")
+    run("commit", "-qm", "two", "--allow-empty")  # HEAD^ would see nothing: the anchor sees everything
+    changed = git.changed_since(tmp_path, anchor)
     assert changed == ["dit_impl/fast.py", "golden/g.bin", "notes.txt"]
     problems = scope_violations(changed, mutable=["dit_impl/"], fixed=["golden/"])
     assert problems == ["golden/g.bin: a fixed path (never edited by a candidate)",
                         "notes.txt: outside the mutable paths (dit_impl/)"]
-
-
-def test_ledger_commits_come_from_git_or_from_ditgate_commit(tmp_path, monkeypatch) -> None:
-    """A copied tree on a GPU host may carry a stale .git: DITGATE_COMMIT names the commit measured."""
-    from pytest_ditgate.verdict.plugin import _commits
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
-
-    git("init", "-q")
-    git("config", "user.email", "t@example.com")
-    git("config", "user.name", "t")
-    for message in ("base", "candidate"):
-        (tmp_path / "f.txt").write_text(message)
-        git("add", "-A")
-        git("commit", "-qm", message)
-    monkeypatch.delenv("DITGATE_COMMIT", raising=False)
-    assert _commits(tmp_path) == (git("rev-parse", "--short=12", "HEAD"), git("rev-parse", "--short=12", "HEAD^"))
-    monkeypatch.setenv("DITGATE_COMMIT", "0123abcd")
-    assert _commits(tmp_path) == ("0123abcd", None)
 
 
 def test_classification_is_checked_not_trusted() -> None:

@@ -63,15 +63,13 @@ def _chunk_grid(row: Any) -> str | None:
         return None  # constants, zeros, one-hot: not evidence
     if len(values) <= CHUNK // 2:
         return f"{len(values)} distinct values in {CHUNK} (a low-bit codebook)"
+    step = min(b - a for a, b in zip(values, values[1:]))
     lo, hi = values[0], values[-1]
-    absmax = max(abs(lo), abs(hi))
-    for levels, step in ((255, (hi - lo) / 255), (127, absmax / 127), (15, (hi - lo) / 15), (7, absmax / 7)):
-        if step <= 0:
-            continue
-        base = lo if levels in (255, 15) else 0.0
-        q = (row - base) / step
-        if float((q - q.round()).abs().max()) < 0.02:
-            return f"values on a {levels}-step grid"
+    if step <= 0 or (hi - lo) / step > 256:
+        return None
+    offsets = [(v - lo) / step for v in values]
+    if max(abs(o - round(o)) for o in offsets) < 0.02:
+        return f"values on a grid of {round((hi - lo) / step) + 1} levels"
     return None
 
 
@@ -93,6 +91,7 @@ def make_observer(evidence: _Evidence) -> Any:
     from torch.utils._pytree import tree_leaves
 
     seen_weights: set[tuple] = set()
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # asked once: it is slow without a GPU
 
     class DispatchObserver(TorchDispatchMode):
         @classmethod
@@ -108,7 +107,7 @@ def make_observer(evidence: _Evidence) -> Any:
             return out
 
         def _see(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
-            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+            if cuda and torch.cuda.is_current_stream_capturing():
                 return
             evidence.ops += 1
             name = func._schema.name.split("::")[-1]
