@@ -30,7 +30,7 @@ class = "exact"
 required = ["*test_quality*", "*test_speed*"]
 
 [tool.pytest.ini_options]
-ditgate_bench_budget_ms = "300"
+ditgate_bench_budget_ms = "150"
 """
 
 CONTRACT = """
@@ -165,6 +165,10 @@ class Project:
 
     def ditgate(self, *args: str, **env: str) -> subprocess.CompletedProcess:
         return self.sh(str(BIN / "ditgate"), *args, env=clean_env(**env))
+
+    def ditgate_pytest(self, *args: str) -> subprocess.CompletedProcess:
+        """A plain ``pytest`` run in the project (what an agent could run besides the judge)."""
+        return self.sh(sys.executable, "-m", "pytest", *args)
 
     def experiment(self, cls: str = "exact", description: str = "try", **env: str) -> subprocess.CompletedProcess:
         return self.ditgate("experiment", "--lane", "fwd", f"--class={cls}", f"--description={description}", **env)
