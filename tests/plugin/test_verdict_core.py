@@ -85,7 +85,9 @@ def test_classification_is_checked_not_trusted() -> None:
     honest = torch.nn.Linear(4, 4)
     assert quantization_evidence([honest]) == []
     cheat = torch.nn.Linear(4, 4)
-    cheat.register_buffer("w_int8", torch.zeros(4, 4, dtype=torch.int8))
+    cheat.register_buffer("w_int8", torch.full((4, 4), -3, dtype=torch.int8))
+    honest.register_buffer("mask", torch.ones(4, 4, dtype=torch.uint8))  # a 0/1 mask is not quantization
+    assert quantization_evidence([honest]) == []
     evidence = quantization_evidence([cheat])
     assert evidence == ["tensor w_int8 has dtype int8"]
     assert classify("numerical", quantization=evidence).effective == "quantization"

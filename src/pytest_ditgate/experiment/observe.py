@@ -24,6 +24,9 @@ GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addm
                       "convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
                       "_weight_int8pack_mm", "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu"})
 CHUNK = 32
+#: weights smaller than this are not judged by their values (filters such as an 11x11 gaussian window
+#: repeat values by design; quantized weights worth the name are larger)
+MIN_GRID_ELEMENTS = 4096
 
 
 def _dtype(t: Any) -> str:
@@ -42,7 +45,7 @@ def on_low_bit_grid(tensor: Any) -> str | None:
     """Why the values of a float tensor look quantized (sampled chunks of 32 contiguous values), or None."""
     import torch
 
-    if tensor.numel() < 4 * CHUNK or not tensor.is_floating_point() or low_bit_float(_dtype(tensor)):
+    if tensor.numel() < MIN_GRID_ELEMENTS or not tensor.is_floating_point() or low_bit_float(_dtype(tensor)):
         return None
     flat = tensor.detach()
     if flat.dim() == 2 and not flat.is_contiguous() and flat.t().is_contiguous():
