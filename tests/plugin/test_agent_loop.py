@@ -1,6 +1,6 @@
 """Whole experiments in a temporary git repository, driven by the commands of docs/agent_loop.md.
 
-KEEP for a faster exact change, DISCARD (performance) for an empty or slower commit, DISCARD (quality)
+KEEP for a faster exact change, DISCARD (quality)
 for a mislabelled quantization, DISCARD (integrity) for an edited fixed path, DISCARD (scope) for an edit
 outside the mutable paths; the ledger, the lane history and the report as expected.
 """
@@ -98,13 +98,7 @@ def test_agent_loop_end_to_end(tmp_path: Path) -> None:
     assert best["objective"]["ratio"] < first[1]["best"]["objective"]["ratio"] * 0.6
     assert best["candidate_config"] == {"repeat": 4}
 
-    # nothing changed: not faster than the best
-    empty = repo.sh("git", "commit", "-q", "--allow-empty", "-m", "nothing")
-    assert empty.returncode == 0
-    same = repo.run(experiment_command("exact", "nothing"))
-    assert same.returncode == 11, same.stdout[-4000:]
-    assert repo.run(reset).returncode == 0
-
+    # (an empty commit, 11, and the red team: test_judge_runs.py / test_judge_preflight.py)
     # claims numerical but computes with int8 weights: judged as quantization, fails zero-regression quality
     repo.write("candidate/work.py", QUANTIZED.format(repeat=4))
     quant = attempt("numerical", "int8 weights")
@@ -126,8 +120,7 @@ def test_agent_loop_end_to_end(tmp_path: Path) -> None:
     assert "notes.txt: outside the mutable paths" in scope.stdout
     assert repo.run(reset).returncode == 0
 
-    assert repo.statuses() == ["keep", "keep", "discard-performance", "discard-quality", "discard-integrity",
-                               "discard-scope"]
+    assert repo.statuses() == ["keep", "keep", "discard-quality", "discard-integrity", "discard-scope"]
     summary = repo.run(next(c for c in commands if "ditgate summary" in c))
     assert summary.returncode == 0 and "discard-scope" in summary.stdout
     report = repo.run(next(c for c in commands if "ditgate report" in c))

@@ -158,7 +158,12 @@ class Judge:
                 f"--ditgate-dir={out / 'artefacts'}", "-p", "pytest_ditgate.experiment.child",
                 "-p", "no:cacheprovider", "-q", "-rfEs", "--durations=5", *(["--ditgate-freeze"] if freeze else []), *self.lane.tests]
         print("ditgate: judged run:", "pytest", " ".join(args), flush=True)
-        return subprocess.run(command(CHILD, str(self.root), *args), cwd=self.root, env=env).returncode
+        child = subprocess.Popen(command(CHILD, str(self.root), *args), cwd=self.root, env=env)
+        try:
+            _warm_imports()  # while the child runs: the comparison's imports cost the judge no wall time
+        finally:
+            returncode = child.wait()
+        return returncode
 
     # -- the two modes ------------------------------------------------------------------------------
     def experiment(self) -> int:
@@ -368,6 +373,18 @@ def _glob_match(path: str, pattern: str) -> bool:
     if pattern.startswith("**/"):
         return fnmatch.fnmatch(path.rsplit("/", 1)[-1], pattern[3:])
     return False
+
+
+def _warm_imports() -> None:
+    """Import what judging the child's evidence needs (torch, safetensors, the quality evaluator)."""
+    try:
+        import safetensors.torch  # noqa: F401
+
+        import pytest_ditgate.golden.session  # noqa: F401
+        import pytest_ditgate.quality.evaluate  # noqa: F401
+        _arch()
+    except ImportError:
+        pass  # reported where it is needed
 
 
 def _arch() -> str:
