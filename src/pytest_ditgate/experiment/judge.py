@@ -257,7 +257,7 @@ class Judge:
         for line in required_ran(evidence, self.lane.required):
             facts.problems.append((Category.CRASH, line))
         observed = evidence.observed
-        if not observed.get("observed") or not (observed.get("modules") or observed.get("gemms")):
+        if evidence.ran and (not observed.get("observed") or not (observed.get("modules") or observed.get("gemms"))):
             facts.problems.append((Category.INTEGRITY, "class unchecked: the run recorded no observation of what "
                                                        "executed (no module, no GEMM/conv)"))
         quant = [f"quant: {e}" for e in observed.get("evidence", [])]

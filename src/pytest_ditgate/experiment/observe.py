@@ -94,23 +94,16 @@ def make_observer(evidence: _Evidence) -> Any:
     from torch.utils._pytree import tree_leaves
 
     seen_weights: set[tuple] = set()
-    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()  # asked once: it is slow without a GPU
 
     class DispatchObserver(TorchDispatchMode):
         @classmethod
         def ignore_compile_internals(cls) -> bool:  # torch.compile runs as compiled under observation
             return True
 
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            out = func(*args, **(kwargs or {}))
-            try:
-                self._see(func, args, kwargs or {}, out)
-            except Exception:  # observation must never change what the candidate computes
-                pass
-            return out
 
-        def _see(self, func: Any, args: Any, kwargs: Any, out: Any) -> None:
-            if cuda and torch.cuda.is_current_stream_capturing():
+        @staticmethod
+        def _see(func: Any, args: Any, kwargs: Any, out: Any) -> None:
+            if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
                 return
             evidence.ops += 1
             name = func._schema.name.split("::")[-1]
@@ -137,6 +130,17 @@ def make_observer(evidence: _Evidence) -> Any:
             if why:
                 evidence.add(f"{name} weight {tuple(weight.shape)} {_dtype(weight)}: {why}")
 
+    def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        out = func(*args, **(kwargs or {}))
+        try:
+            self._see(func, args, kwargs or {}, out)
+        except Exception:  # observation must never change what the candidate computes
+            pass
+        return out
+
+    # set after the class exists: not wrapped in torch._disable_dynamo, whose first call imports dynamo
+    # (seconds); with ignore_compile_internals compiled code runs as compiled anyway
+    DispatchObserver.__torch_dispatch__ = dispatch
     return DispatchObserver()
 
 
