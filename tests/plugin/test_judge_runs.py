@@ -80,8 +80,10 @@ RUNS = [
     ("zeros_with_patched_checks", ZEROS_AND_PATCHED_CHECKS.format(repeat=1), "exact", 10, "fails its golden"),
     ("forged_ratio", CANDIDATE.format(repeat=24) + FORGED_RATIO[len(CANDIDATE):], "exact", 12,
      "is not the ratio of its samples"),
-    ("slowed_reference", CANDIDATE.format(repeat=24) + SLOWED_REFERENCE[len(CANDIDATE):], "exact", 12,
-     "slowed it down"),
+    # on a GPU the reference's drift since the baseline is also 12; on the CPU's wall clock the re-measured
+    # best (rebuilt in the same process, slowed the same way) exposes it
+    ("slowed_reference", CANDIDATE.format(repeat=24) + SLOWED_REFERENCE[len(CANDIDATE):], "exact", 11,
+     "not faster than the lane best"),
     ("module_level_skip", CANDIDATE.format(repeat=4) + MODULE_SKIP[len(CANDIDATE):], "exact", 15, "no test of the lane ran"),
     ("fp8_cast_in_forward", FP8_IN_FORWARD.format(repeat=4), "numerical", 10, "float8_e4m3fn"),
     ("int8_values_in_fp32", INT8_IN_FP32.format(repeat=4), "numerical", 10, "grid"),
