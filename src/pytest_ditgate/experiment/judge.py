@@ -369,7 +369,7 @@ def _glob_match(path: str, pattern: str) -> bool:
     import fnmatch
 
     if "#" in pattern:
-        return path == pattern.split("#", 1)[0] and False
+        return False  # a pyproject table: the lock judges it, scope judges the file itself
     if pattern.startswith("**/"):
         return fnmatch.fnmatch(path.rsplit("/", 1)[-1], pattern[3:])
     return False
