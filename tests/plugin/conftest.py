@@ -1,20 +1,22 @@
-"""Fixtures of the judge's tests: one baselined synthetic project per session, copied per test."""
+"""Fixtures of the judge's tests: one baselined synthetic project per session (shared by the xdist
+workers), copied per test."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
-from judge_project import Project, copy, create
+from judge_project import Project, copy, shared_template
 
 
 @pytest.fixture(scope="session")
 def judged_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    project = create(tmp_path_factory.mktemp("judged") / "template")
-    done = project.ditgate("baseline", "--lane", "fwd")
-    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
-    return project.root
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # pytest-<n>/ of this run, shared by its workers (popen-gw0, popen-gw1, ...)
+    return shared_template(base)
 
 
 @pytest.fixture

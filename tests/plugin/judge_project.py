@@ -1,13 +1,16 @@
 """A small synthetic project judged by ``ditgate experiment`` in a temporary git repository (CPU, tiny ops).
 
-One template per test session is built and baselined once (``template``); each test copies it (with its
-``.git`` and ``.ditgate``), commits its change, and runs the judge exactly as docs/agent_loop.md says.
+One template per test session (shared by the xdist workers) is set up and baselined once with the
+commands of docs/agent_loop.md (:func:`build_template`); each test copies it (with its ``.git`` and
+``.ditgate``), commits its change, and runs the judge exactly as the doc says.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -31,6 +34,8 @@ required = ["*test_quality*", "*test_speed*"]
 
 [tool.pytest.ini_options]
 ditgate_bench_budget_ms = "150"
+# the project has no hypothesis tests: its pytest plugin would cost every judged run 1.4 s of imports
+addopts = "-p no:hypothesispytest"
 """
 
 CONTRACT = """
@@ -166,10 +171,6 @@ class Project:
     def ditgate(self, *args: str, **env: str) -> subprocess.CompletedProcess:
         return self.sh(str(BIN / "ditgate"), *args, env=clean_env(**env))
 
-    def ditgate_pytest(self, *args: str) -> subprocess.CompletedProcess:
-        """A plain ``pytest`` run in the project (what an agent could run besides the judge)."""
-        return self.sh(sys.executable, "-m", "pytest", *args)
-
     def experiment(self, cls: str = "exact", description: str = "try", **env: str) -> subprocess.CompletedProcess:
         return self.ditgate("experiment", "--lane", "fwd", f"--class={cls}", f"--description={description}", **env)
 
@@ -210,3 +211,60 @@ def create(root: Path) -> Project:
 def copy(template: Path, root: Path) -> Project:
     shutil.copytree(template, root, symlinks=True)
     return Project(root)
+
+
+DOC = Path(__file__).resolve().parents[2] / "docs" / "agent_loop.md"
+
+
+def doc_commands() -> list[str]:
+    """The commands of docs/agent_loop.md's bash blocks (comments and blank lines dropped)."""
+    blocks = re.findall(r"```bash\n(.*?)```", DOC.read_text(), flags=re.S)
+    return [line.strip() for block in blocks for line in block.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+class DocRepo(Project):
+    """A project driven by the doc's commands, run literally (``.venv/bin/`` is this interpreter's bin)."""
+
+    def __init__(self, root: Path, executed: list[str] | None = None) -> None:
+        super().__init__(root)
+        self.executed = [] if executed is None else executed
+
+    def run(self, command: str) -> subprocess.CompletedProcess:
+        self.executed.append(command)
+        argv = [str(BIN / word[len(".venv/bin/"):]) if word.startswith(".venv/bin/") else word
+                for word in shlex.split(command)]
+        return subprocess.run(argv, cwd=self.root, capture_output=True, text=True, env=clean_env(), timeout=600)
+
+
+#: the doc's set-up commands the template runs (bootstrap is what CI itself runs first: .ci/run)
+SETUP = ("git checkout -b", "ditgate baseline")
+
+
+def build_template(root: Path) -> DocRepo:
+    """The project, set up once as docs/agent_loop.md says: a branch, ``ditgate baseline`` (the agent loop
+    test runs the doc's other commands).
+    The commands it ran are kept in ``<root>.executed.json`` (outside the repository)."""
+    repo = DocRepo(create(root).root)
+    commands = doc_commands()
+    for step in SETUP:
+        command = next(c for c in commands if step in c)
+        done = repo.run(command)
+        assert done.returncode == 0, f"{command}:\n{done.stdout[-4000:]}{done.stderr[-4000:]}"
+    assert repo.sh("git", "status", "--porcelain").stdout == ""  # the baseline committed what it froze
+    root.with_suffix(".executed.json").write_text(json.dumps(repo.executed))
+    return repo
+
+
+def shared_template(base: Path) -> Path:
+    """The session's template under ``base`` (a folder all xdist workers share), built by the first
+    worker that asks; the others wait on a file lock and reuse it."""
+    from filelock import FileLock
+
+    root = base / "judged-template"
+    with FileLock(str(base / "judged-template.lock")):
+        if not root.with_suffix(".executed.json").exists():
+            if root.exists():
+                shutil.rmtree(root)  # a half-built template of a worker that died
+            build_template(root)
+    return root
