@@ -390,7 +390,8 @@ def _glob_match(path: str, pattern: str) -> bool:
 
 
 def _warm_imports() -> None:
-    """Import what judging the child's evidence needs (torch, safetensors, the quality evaluator)."""
+    """Import what judging the child's evidence needs (torch, safetensors, the quality evaluator and the
+    image metrics it calls: torchmetrics' first import alone takes seconds)."""
     try:
         import safetensors.torch  # noqa: F401
 
@@ -398,7 +399,11 @@ def _warm_imports() -> None:
         import pytest_ditgate.quality.evaluate  # noqa: F401
         _arch()
     except ImportError:
-        pass  # reported where it is needed
+        return  # reported where it is needed
+    try:
+        import torchmetrics.functional.image  # noqa: F401
+    except ImportError:
+        pass  # optional: only image metrics need it
 
 
 def _arch() -> str:
