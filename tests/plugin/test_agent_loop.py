@@ -68,6 +68,11 @@ def test_agent_loop_end_to_end(judged_template: Path, tmp_path: Path) -> None:
     best = json.loads(lane_history.read_text().splitlines()[-1])["best"]
     assert best["objective"]["ratio"] < first[1]["best"]["objective"]["ratio"] * 0.6
     assert best["candidate_config"] == {"repeat": 4}
+    from pytest_ditgate.device import real_device
+    from pytest_ditgate.verdict.ledger import load_best
+
+    mirrored = load_best(repo.root / ".ditgate", "fwd", real_device().arch)  # what advisory runs compare with
+    assert mirrored is not None and mirrored["objective"] == best["objective"]
 
     # an empty commit is not faster than the best it equals: DISCARD (performance)
     repo.commit("nothing")
