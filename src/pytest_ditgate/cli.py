@@ -32,9 +32,10 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
 def _summary(args: argparse.Namespace) -> int:
     from pathlib import Path
 
+    from pytest_ditgate.experiment.artefacts import resolve_artefact_dir
     from pytest_ditgate.verdict.ledger import read_experiments, read_results
 
-    root = Path(args.dir)
+    root = resolve_artefact_dir(Path.cwd(), args.dir)
     skipped: list[str] = []
     rows = read_results(root, skipped)
     if args.lane:
@@ -61,7 +62,8 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _add_summary(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("summary", help="recent experiments from the ledger (results.tsv)")
-    parser.add_argument("--dir", default=".ditgate", help="ledger folder (default .ditgate)")
+    parser.add_argument("--dir", default=None, help="ledger folder (default: $DITGATE_DIR, [tool.ditgate] "
+                                                    "artefact_dir, else .ditgate)")
     parser.add_argument("--lane", default=None, help="only this lane")
     parser.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
     parser.add_argument("--json", action="store_true")
@@ -97,47 +99,48 @@ def _add_report(sub: argparse._SubParsersAction) -> None:
     parser.set_defaults(handler=_report)
 
 
-def _baseline(args: argparse.Namespace) -> int:
+def _judge(args: argparse.Namespace) -> int:
+    """Hand over to the judge process (``experiment/judge.py``), started clean: no project bytecode, no
+    current folder on ``sys.path`` (``experiment/bootstrap.py``)."""
+    import os
     import subprocess
-
     from pathlib import Path
 
-    from pytest_ditgate.verdict.ledger import load_best
+    from pytest_ditgate.experiment.bootstrap import JUDGE
 
-    from pytest_ditgate.device import real_device
-
-    arch = real_device().arch
-    try:
-        best = None if args.force else load_best(Path(args.dir), args.lane, arch)
-    except ValueError as exc:
-        print(f"ditgate baseline: {exc}", file=sys.stderr)
-        return 2
-    if best is not None:
-        print(f"lane {args.lane!r} already has a best on {arch}: a baseline is recorded once "
-              "(use a new lane, or --force to record another first best)")
-        return 2
-    command = [sys.executable, "-m", "pytest", "--ditgate", "--ditgate-freeze", f"--ditgate-lane={args.lane}",
-               f"--ditgate-dir={args.dir}", "--ditgate-description=baseline",
-               "--ditgate-base=HEAD",  # the baseline is the tree as it is: only uncommitted edits are in scope
-               *args.pytest_args]
-    print("running:", " ".join(command[2:]))
-    return subprocess.run(command).returncode
+    argv = [args.command, "--lane", args.lane]
+    if getattr(args, "cls", None):
+        argv += ["--class", args.cls]
+    if getattr(args, "description", None):
+        argv += ["--description", args.description]
+    root = str(Path.cwd())
+    command = [sys.executable, "-B", "-P", "-c", JUDGE, root, *argv]
+    return subprocess.run(command, cwd=root, env=dict(os.environ)).returncode
 
 
 def _add_baseline(sub: argparse._SubParsersAction) -> None:
-    parser = sub.add_parser("baseline", help="freeze missing goldens, lock the fixed paths and record the lane's "
-                                             "first best (runs pytest --ditgate --ditgate-freeze --ditgate-lane)")
+    parser = sub.add_parser("baseline", help="a maintainer's step, once per lane: run the lane's tests from "
+                                             "[tool.ditgate.lanes], freeze missing goldens, relock the fixed paths, "
+                                             "commit, and start the lane's history with its first best")
     parser.add_argument("--lane", required=True)
-    parser.add_argument("--dir", default=".ditgate", help="ledger folder (default .ditgate)")
-    parser.add_argument("--force", action="store_true", help="record even when the lane already has a best")
-    parser.add_argument("pytest_args", nargs="*", help="test paths and extra pytest options (after --)")
-    parser.set_defaults(handler=_baseline)
+    parser.set_defaults(handler=_judge)
+
+
+def _add_experiment(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser("experiment", help="judge the checked-out commit in a lane: exit 0 KEEP, 10-14 "
+                                               "DISCARD (quality, performance, integrity, scope, class), 15 CRASH")
+    parser.add_argument("--lane", required=True)
+    parser.add_argument("--class", dest="cls", default=None,
+                        help="the class you claim (exact, numerical, approximate, quantization); default: the lane's")
+    parser.add_argument("--description", default="", help="one line: the causal hypothesis of this commit")
+    parser.set_defaults(handler=_judge)
 
 
 #: subcommand name -> function adding its parser (each sets ``handler``)
 COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
     "doctor": _add_doctor,
     "baseline": _add_baseline,
+    "experiment": _add_experiment,
     "summary": _add_summary,
     "report": _add_report,
 }

@@ -36,13 +36,14 @@ class DitgateContext:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "DitgateContext":
-        raw_dir = options.get_option(config, options.ARTEFACT_DIR) or os.environ.get("DITGATE_DIR")
-        artefact_dir = Path(raw_dir) if raw_dir else Path(config.rootpath) / ".ditgate"
-        if not artefact_dir.is_absolute():
-            artefact_dir = Path(config.rootpath) / artefact_dir
+        from pytest_ditgate.experiment.artefacts import ENV, resolve_artefact_dir
+
+        option = options.get_option(config, options.ARTEFACT_DIR)
+        artefact_dir = resolve_artefact_dir(config.rootpath, option)
         if artefact_dir.exists() and not artefact_dir.is_dir():
-            source = "DITGATE_DIR" if not options.get_option(config, options.ARTEFACT_DIR) else "--ditgate-dir"
-            raise pytest.UsageError(f"{source}={raw_dir}: {artefact_dir} is a file, not a folder; the run "
+            source = (f"--ditgate-dir={option}" if option else f"{ENV}={os.environ[ENV]}" if os.environ.get(ENV)
+                      else "[tool.ditgate] artefact_dir")
+            raise pytest.UsageError(f"{source}: {artefact_dir} is a file, not a folder; the run "
                                     "artefacts (ledgers, environment.json, images) need a folder")
         return cls(
             enabled=bool(options.get_option(config, options.ENABLE)),

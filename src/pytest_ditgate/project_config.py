@@ -18,15 +18,21 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 
-def load_project_config(root: str | Path) -> dict[str, Any]:
-    """The ``[tool.ditgate]`` table of ``<root>/pyproject.toml`` (empty when absent)."""
-    path = Path(root) / "pyproject.toml"
+def read_pyproject(path: str | Path) -> dict[str, Any]:
+    """The whole parsed ``pyproject.toml`` at ``path`` (empty when absent)."""
+    path = Path(path)
     if not path.is_file():
         return {}
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
+        return tomllib.loads(path.read_text(encoding="utf-8"))
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise DitgateUsageError(f"{path}: cannot parse ({exc})") from None
+
+
+def load_project_config(root: str | Path) -> dict[str, Any]:
+    """The ``[tool.ditgate]`` table of ``<root>/pyproject.toml`` (empty when absent)."""
+    path = Path(root) / "pyproject.toml"
+    data = read_pyproject(path)
     table = data.get("tool", {}).get("ditgate", {})
     if not isinstance(table, dict):
         raise DitgateUsageError(f"{path}: [tool.ditgate] must be a table")

@@ -47,10 +47,11 @@ def test_missing_lock_stops_the_session(project: pytest.Pytester) -> None:
 
 def test_relock_writes_sorted_hashes_and_says_so(project: pytest.Pytester) -> None:
     result = relock(project)
-    result.stdout.fnmatch_lines(["*RELOCKED: fixed-paths lock *fixed_paths.lock.json rewritten (2 files, --ditgate-relock)*"])
+    result.stdout.fnmatch_lines(["*RELOCKED: fixed-paths lock *fixed_paths.lock.json rewritten (3 files, --ditgate-relock)*"])
     lock = json.loads((project.path / "golden" / "fixed_paths.lock.json").read_text())
-    assert list(lock["files"]) == ["fixtures/corpus.toml", "impl/base.py"]
-    assert lock["patterns"] == ["fixtures/", "impl/*.py"]
+    # the defaults are always locked: [tool.ditgate] as a table, every conftest.py, the pytest ini files
+    assert list(lock["files"]) == ["fixtures/corpus.toml", "impl/base.py", "pyproject.toml#tool.ditgate"]
+    assert lock["patterns"][-2:] == ["fixtures/", "impl/*.py"] and "**/conftest.py" in lock["patterns"]
     project.runpytest("--ditgate").assert_outcomes(passed=1)
 
 
@@ -59,7 +60,9 @@ def test_relock_writes_sorted_hashes_and_says_so(project: pytest.Pytester) -> No
     (lambda p: (p / "fixtures" / "extra.toml").write_text(""), "*added:   fixtures/extra.toml*"),
     (lambda p: (p / "impl" / "base.py").unlink(), "*removed: impl/base.py*"),
     (lambda p: (p / "pyproject.toml").write_text(PYPROJECT.format(paths='"fixtures/"')),
-     "*fixed_paths setting changed: lock has ?'fixtures/', 'impl/*.py'?, pyproject has ?'fixtures/'?*"),
+     "*fixed_paths setting changed: lock has ?*'fixtures/', 'impl/*.py'?, pyproject has ?*'fixtures/'?*"),
+    (lambda p: (p / "conftest.py").write_text("import os\n"), "*added:   conftest.py*"),
+    (lambda p: (p / "fixtures" / "loader.pyc").write_bytes(b"bytecode"), "*added:   fixtures/loader.pyc*"),
 ])
 def test_any_change_stops_the_session_listing_it(project: pytest.Pytester, change, line) -> None:
     relock(project)
@@ -97,7 +100,7 @@ def test_golden_tensor_edit_is_caught_and_freeze_relocks(pytester: pytest.Pytest
     """)
     result = pytester.runpytest("--ditgate", "--ditgate-freeze")
     result.assert_outcomes(passed=1)
-    result.stdout.fnmatch_lines(["*no fixed-paths lock*", "*RELOCKED*(2 files, --ditgate-freeze)*"])
+    result.stdout.fnmatch_lines(["*no fixed-paths lock*", "*RELOCKED*(3 files, --ditgate-freeze)*"])
     pytester.runpytest("--ditgate").assert_outcomes(passed=1)
     path = pytester.path / "golden" / "cpu" / "g.safetensors"
     data = bytearray(path.read_bytes())

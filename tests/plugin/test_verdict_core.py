@@ -9,7 +9,7 @@ import pytest
 from pytest_ditgate.verdict import Category, Status, GateOutcome, decide
 from pytest_ditgate.verdict.classify import approximation_evidence, classify, quantization_evidence
 from pytest_ditgate.verdict.ledger import TSV_COLUMNS, append_experiment, load_best, read_results, store_best
-from pytest_ditgate.verdict.scope import changed_paths, resolve_base, scope_violations
+from pytest_ditgate.verdict.scope import scope_violations
 
 
 def test_all_green_is_keep() -> None:
@@ -71,49 +71,33 @@ def test_corrupt_best_is_reported(tmp_path, text: str, problem: str) -> None:
 
 
 def test_scope(tmp_path) -> None:
-    def git(*args: str) -> None:
+    """Fixed paths and paths outside the mutable ones are named (the judge diffs against the lane's anchors)."""
+    from pytest_ditgate.experiment import git
+
+    def run(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
 
-    git("init", "-q")
-    git("config", "user.email", "t@example.com")
-    git("config", "user.name", "t")
+    run("init", "-q")
+    run("config", "user.email", "t@example.com")
+    run("config", "user.name", "t")
     (tmp_path / "dit_impl").mkdir()
     (tmp_path / "dit_impl" / "fast.py").write_text("a = 1\n")
     (tmp_path / "golden").mkdir()
     (tmp_path / "golden" / "g.bin").write_text("g")
-    git("add", "-A")
-    git("commit", "-qm", "base")
+    run("add", "-A")
+    run("commit", "-qm", "base")
+    anchor = git.head(tmp_path)
     (tmp_path / "dit_impl" / "fast.py").write_text("a = 2\n")
     (tmp_path / "golden" / "g.bin").write_text("h")
     (tmp_path / "notes.txt").write_text("new")
-    git("add", "dit_impl/fast.py")
-    git("commit", "-qm", "candidate")
-    base = resolve_base(tmp_path, None)
-    changed = changed_paths(tmp_path, base)
+    run("add", "dit_impl/fast.py")
+    run("commit", "-qm", "one")
+    run("commit", "-qm", "two", "--allow-empty")  # HEAD^ would see nothing: the anchor sees everything
+    changed = git.changed_since(tmp_path, anchor)
     assert changed == ["dit_impl/fast.py", "golden/g.bin", "notes.txt"]
     problems = scope_violations(changed, mutable=["dit_impl/"], fixed=["golden/"])
     assert problems == ["golden/g.bin: a fixed path (never edited by a candidate)",
                         "notes.txt: outside the mutable paths (dit_impl/)"]
-
-
-def test_ledger_commits_come_from_git_or_from_ditgate_commit(tmp_path, monkeypatch) -> None:
-    """A copied tree on a GPU host may carry a stale .git: DITGATE_COMMIT names the commit measured."""
-    from pytest_ditgate.verdict.plugin import _commits
-
-    def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True, text=True).stdout.strip()
-
-    git("init", "-q")
-    git("config", "user.email", "t@example.com")
-    git("config", "user.name", "t")
-    for message in ("base", "candidate"):
-        (tmp_path / "f.txt").write_text(message)
-        git("add", "-A")
-        git("commit", "-qm", message)
-    monkeypatch.delenv("DITGATE_COMMIT", raising=False)
-    assert _commits(tmp_path) == (git("rev-parse", "--short=12", "HEAD"), git("rev-parse", "--short=12", "HEAD^"))
-    monkeypatch.setenv("DITGATE_COMMIT", "0123abcd")
-    assert _commits(tmp_path) == ("0123abcd", None)
 
 
 def test_classification_is_checked_not_trusted() -> None:
@@ -121,7 +105,9 @@ def test_classification_is_checked_not_trusted() -> None:
     honest = torch.nn.Linear(4, 4)
     assert quantization_evidence([honest]) == []
     cheat = torch.nn.Linear(4, 4)
-    cheat.register_buffer("w_int8", torch.zeros(4, 4, dtype=torch.int8))
+    cheat.register_buffer("w_int8", torch.full((4, 4), -3, dtype=torch.int8))
+    honest.register_buffer("mask", torch.ones(4, 4, dtype=torch.uint8))  # a 0/1 mask is not quantization
+    assert quantization_evidence([honest]) == []
     evidence = quantization_evidence([cheat])
     assert evidence == ["tensor w_int8 has dtype int8"]
     assert classify("numerical", quantization=evidence).effective == "quantization"

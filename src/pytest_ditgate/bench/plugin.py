@@ -16,10 +16,9 @@ from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM
 from pytest_ditgate.context import get_context
 from pytest_ditgate.keys import kernel_checks_key
 from pytest_ditgate.options import get_option
+from pytest_ditgate.report_properties import BENCH_ATTRIBUTE, COMPARISON_PROPERTY
 from pytest_ditgate.verdict.options import LANE
 
-#: user property carrying each ditbench.pair comparison to the verdict plugin (experiment mode)
-COMPARISON_PROPERTY = "ditgate_comparison"
 DEFAULT_LANE = "default"
 
 
@@ -131,7 +130,7 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "call":
         rows = item.stash.get(rows_key, None)
         if rows:
-            report.ditgate_bench = list(rows)
+            setattr(report, BENCH_ATTRIBUTE, list(rows))
     return report
 
 
@@ -143,7 +142,7 @@ class BenchReporter:
         self.rows: list[dict[str, Any]] = []
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        rows = getattr(report, "ditgate_bench", None)
+        rows = getattr(report, BENCH_ATTRIBUTE, None)
         if rows and report.when == "call":
             self.rows.extend(rows)
 

@@ -2,7 +2,12 @@
 
 ``[tool.ditgate] fixed_paths`` in pyproject.toml lists files, folders (all files below them) and glob
 patterns relative to the rootdir; ``fixed_paths_lock`` names the lock file (default
-``golden/fixed_paths.lock.json``). Under ``--ditgate`` any edited, added or removed file, or a changed
+``golden/fixed_paths.lock.json``). A project can add fixed paths, never remove the defaults
+(:data:`DEFAULT_FIXED`): every ``conftest.py``, the pytest ini files, the ``[tool.ditgate]`` and
+``[tool.pytest.*]`` tables of pyproject.toml (hashed as tables, so the rest of the file stays editable),
+and each lane's tests. (The judge also refuses to run plugin code from inside the project that the lock
+does not cover: ``experiment/integrity.py``.)
+Bytecode is locked like any other file, except in ``__pycache__`` folders (the judge never reads those). Under ``--ditgate`` any edited, added or removed file, or a changed
 ``fixed_paths`` list, stops the session before a test runs, listing what changed. Deliberate runs
 (``--ditgate-freeze``, ``--ditgate-refreeze``, ``--ditgate-relock``) rewrite the lock at session end
 instead, after any goldens are written, and say so.
@@ -25,7 +30,16 @@ from pytest_ditgate.golden.options import FREEZE, REFREEZE, RELOCK
 DEFAULT_LOCK = "golden/fixed_paths.lock.json"
 LOCK_VERSION = 1
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".git"}
-_SKIP_SUFFIXES = (".pyc", ".pyo", ".lock", ".tmp")
+#: the lock's own sibling lock file and atomic-write temporaries; bytecode is NOT skipped (a sourceless
+#: ``.pyc`` next to a fixed module would be importable)
+_SKIP_SUFFIXES = (".lock", ".tmp")
+#: folders never walked when a default pattern searches the whole tree (environments, caches, artefacts)
+_PRUNE = {".git", ".venv", "venv", ".tox", ".nox", "node_modules", "__pycache__", ".pytest_cache", ".ditgate",
+          ".mypy_cache", ".ruff_cache", "build", "dist"}
+#: fixed by default in every project (a project adds to them, never removes them)
+DEFAULT_FIXED = ("**/conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml#tool.ditgate",
+                 "pyproject.toml#tool.pytest")
+TABLE_MARK = "#"
 RELOCK_HINT = "if the change is deliberate, run pytest --ditgate --ditgate-relock"
 
 
@@ -34,17 +48,60 @@ class LockSettings:
     rootdir: Path
     patterns: tuple[str, ...]
     lock_path: Path
+    #: the project asks for a lock (``fixed_paths`` or ``lanes``); a plain ``pytest --ditgate`` run
+    #: enforces it only then, the experiment judge always
+    configured: bool = True
 
     @classmethod
     def from_rootdir(cls, rootdir: Path) -> "LockSettings":
         from pytest_ditgate.project_config import load_project_config, string_list
 
         table = load_project_config(rootdir)
-        patterns = tuple(string_list(table, "fixed_paths"))
+        project = string_list(table, "fixed_paths")
+        patterns = tuple(dict.fromkeys([*DEFAULT_FIXED, *_lane_tests(table), *project]))
         lock = table.get("fixed_paths_lock", DEFAULT_LOCK)
         if not isinstance(lock, str):
             raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock must be a string, got {lock!r}")
-        return cls(rootdir, patterns, rootdir / lock)
+        return cls(rootdir, patterns, rootdir / lock, bool(project or table.get("lanes")))
+
+
+def _lane_tests(table: dict[str, Any]) -> list[str]:
+    """The test paths of every declared lane (their suites judge the candidate)."""
+    lanes = table.get("lanes", {})
+    found: list[str] = []
+    for lane in lanes.values() if isinstance(lanes, dict) else ():
+        for test in (lane.get("tests", []) if isinstance(lane, dict) else []):
+            if isinstance(test, str) and test:
+                found.append(test.split("::", 1)[0])
+    return found
+
+
+def _walk(root: Path, pattern: str) -> list[Path]:
+    """Files matching a recursive glob, pruning environments and caches."""
+    import fnmatch
+    import os
+
+    name = pattern.rsplit("/", 1)[-1]
+    found = []
+    for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _PRUNE and not (Path(folder) / d / "pyvenv.cfg").exists()]
+        found += [Path(folder) / f for f in files if fnmatch.fnmatch(f, name)]
+    return found
+
+
+def table_digest(root: Path, spec: str) -> str | None:
+    """sha256 of a pyproject table (``pyproject.toml#tool.pytest``) as canonical JSON; None when absent."""
+    import json
+
+    from pytest_ditgate.project_config import read_pyproject
+
+    file, _, dotted = spec.partition(TABLE_MARK)
+    data: Any = read_pyproject(root / file)
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return None
+        data = data[part]
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()
 
 
 def _included(path: Path, lock_path: Path) -> bool:
@@ -56,17 +113,25 @@ def expand(settings: LockSettings) -> dict[str, str]:
     """Relative posix path -> sha256 for every file the patterns name (sorted)."""
     root = settings.rootdir
     files: set[Path] = set()
+    tables: dict[str, str] = {}
     for pattern in settings.patterns:
         target = root / pattern
-        if any(ch in pattern for ch in "*?["):
+        if TABLE_MARK in pattern:
+            digest = table_digest(root, pattern)
+            if digest is not None:
+                tables[pattern] = digest
+            continue
+        if pattern.startswith("**/"):
+            found = _walk(root, pattern)
+        elif any(ch in pattern for ch in "*?["):
             found = root.glob(pattern)
         elif target.is_dir():
             found = target.rglob("*")
         else:
             found = [target]
         files.update(p for p in found if _included(p, settings.lock_path))
-    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(files)}
+    hashed = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files)}
+    return dict(sorted({**hashed, **tables}.items()))
 
 
 @dataclass(frozen=True)
@@ -126,14 +191,32 @@ def evaluate_lock(settings: LockSettings) -> LockVerdict:
     )
 
 
-def write_lock(settings: LockSettings) -> int:
-    """Rewrite the lock atomically from the files as they are now; returns the number of files."""
+def read_lock(settings: LockSettings) -> dict[str, Any]:
+    """The lock file's data (empty when missing or unreadable: :func:`evaluate_lock` reports those)."""
+    import json
+
+    try:
+        data = json.loads(settings.lock_path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def write_lock(settings: LockSettings, *, lanes: dict[str, Any] | None = None) -> int:
+    """Rewrite the lock atomically from the files as they are now; returns the number of files.
+
+    The lanes' genesis hashes recorded by ``ditgate baseline`` are kept (``lanes`` adds or replaces some).
+    """
     from pytest_ditgate.fsutil import atomic_write_json, lock_for
 
     files = expand(settings)
     with lock_for(settings.lock_path):
-        atomic_write_json(settings.lock_path, {"version": LOCK_VERSION, "patterns": list(settings.patterns),
-                                               "files": files})
+        kept = dict(read_lock(settings).get("lanes") or {})
+        kept.update(lanes or {})
+        data: dict[str, Any] = {"version": LOCK_VERSION, "patterns": list(settings.patterns), "files": files}
+        if kept:
+            data["lanes"] = kept
+        atomic_write_json(settings.lock_path, data)
     return len(files)
 
 
@@ -163,7 +246,7 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = LockSettings.from_rootdir(Path(config.rootpath))
     except DitgateUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if settings.patterns or options.get_option(config, RELOCK):
+    if settings.configured or options.get_option(config, RELOCK):
         config.stash[_state_key] = LockState(settings, _deliberate(config))
 
 

@@ -19,6 +19,7 @@ from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.quality.options import CLIP_MODEL, CLIP_WEIGHTS, CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, OPTIONS
 from pytest_ditgate.quality.specs import DEFAULT_CLASS
+from pytest_ditgate.report_properties import QUALITY_ATTRIBUTE
 
 if TYPE_CHECKING:
     from pytest_ditgate.quality.contract import QualityContract
@@ -222,7 +223,7 @@ def quality_gate(request: pytest.FixtureRequest) -> QualityGate:
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     report = yield
     if call.when == "call" and item_records_key in item.stash:
-        report.ditgate_quality = list(item.stash[item_records_key])  # plain data: survives xdist
+        setattr(report, QUALITY_ATTRIBUTE, list(item.stash[item_records_key]))  # plain data: survives xdist
     return report
 
 
@@ -235,7 +236,7 @@ class QualityReporter:
         self.artefact_dir = artefact_dir
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        records = getattr(report, "ditgate_quality", None)
+        records = getattr(report, QUALITY_ATTRIBUTE, None)
         if records and report.when == "call":
             self.session.records.extend(records)
 

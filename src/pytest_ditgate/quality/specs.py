@@ -18,6 +18,7 @@ KINDS = (IMAGE, LATENT, ACTIVATION)
 HIGHER = "higher"
 LOWER = "lower"
 
+#: the experiment classes, from least to most constrained quality contract (the one owner of this list)
 EXPERIMENT_CLASSES = ("exact", "numerical", "approximate", "quantization")
 DEFAULT_CLASS = "numerical"
 

@@ -14,11 +14,10 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 import pytest
 
 from pytest_ditgate.keys import effective_class_key
+from pytest_ditgate.quality.specs import DEFAULT_CLASS
 
 if TYPE_CHECKING:
     from pytest_ditgate.verdict.classify import Classification
-
-DEFAULT_CLASS = "numerical"
 
 
 def declared_class(config: pytest.Config) -> str:

@@ -11,8 +11,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
-#: from least to most constrained quality contract
-CLASSES = ("exact", "numerical", "approximate", "quantization")
+from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
+
+#: from least to most constrained quality contract (owned by ``quality.specs``; re-exported here)
+CLASSES = EXPERIMENT_CLASSES
 
 LOW_BIT_DTYPES = frozenset({
     "int8", "uint8", "int4", "uint4", "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
@@ -42,6 +44,13 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).replace("torch.", "")
 
 
+def _is_mask(tensor: Any) -> bool:
+    """An int8/uint8 tensor holding only 0 and 1 is a mask, not quantized weights."""
+    if _dtype_name(tensor.dtype) not in ("int8", "uint8") or tensor.numel() == 0:
+        return False
+    return int(tensor.min()) >= 0 and int(tensor.max()) <= 1
+
+
 def quantization_evidence(modules: Iterable[Any] = (), state_dicts: Iterable[Mapping[str, Any]] = ()) -> list[str]:
     """What in the candidate's modules or weights looks quantized (empty: nothing)."""
     evidence: list[str] = []
@@ -52,7 +61,7 @@ def quantization_evidence(modules: Iterable[Any] = (), state_dicts: Iterable[Map
             if QUANT_CLASS_NAMES.search(cls.__qualname__) or cls.__module__.startswith(QUANT_MODULE_PREFIXES):
                 evidence.append(f"module {name or '<root>'} is {qualified}")
         for name, tensor in list(root.named_parameters()) + list(root.named_buffers()):
-            if _dtype_name(tensor.dtype) in LOW_BIT_DTYPES:
+            if _dtype_name(tensor.dtype) in LOW_BIT_DTYPES and not _is_mask(tensor):
                 evidence.append(f"tensor {name} has dtype {_dtype_name(tensor.dtype)}")
     for state in state_dicts:
         for name, tensor in state.items():

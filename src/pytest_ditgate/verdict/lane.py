@@ -17,10 +17,12 @@ import pytest
 
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
+from pytest_ditgate.report_properties import CONFIG_PROPERTY
 
 #: the label that marks a ditbench.pair comparison as candidate versus the re-measured lane best
 LANE_BEST_LABEL = "lane-best"
-CONFIG_PROPERTY = "ditgate_candidate_config"
+
+__all__ = ["CONFIG_PROPERTY", "LANE_BEST_LABEL", "LaneHandle", "ditgate_lane"]
 
 
 @dataclass
@@ -45,14 +47,16 @@ class LaneHandle:
 def ditgate_lane(request: pytest.FixtureRequest) -> LaneHandle:
     """The experiment lane of this run (``--ditgate-lane``) and its recorded best on this device's arch."""
     from pytest_ditgate.device import real_device
-    from pytest_ditgate.verdict.ledger import load_best
+    from pytest_ditgate.experiment.child import in_judged_run, lane_best_config
     from pytest_ditgate.verdict.options import LANE
 
     lane = options.get_option(request.config, LANE)
     arch = real_device().arch
-    best = None
-    if lane:
-        try:
+    best = lane_best_config(request.config) if lane else None  # handed over by the judge, from the history
+    if lane and best is None and not in_judged_run():
+        from pytest_ditgate.verdict.ledger import load_best
+
+        try:  # an advisory run: the best the judge last mirrored
             best = load_best(get_context(request.config).artefact_dir, lane, arch)
         except ValueError as exc:
             pytest.fail(str(exc), pytrace=False)

@@ -1,6 +1,8 @@
 """The experiment ledger: ``results.tsv`` (the autoresearch loop's columns), ``experiments.jsonl`` (full
-detail) and the best record per lane and arch. Appends are locked single writes; the best file is
-replaced atomically and only on KEEP."""
+detail), for people and reports, and a mirror of each lane's best per arch under ``best/`` that the judge
+replaces atomically on KEEP for advisory ``--ditgate-lane`` runs. Appends are locked single writes. The
+judge never reads the mirror: a lane's best lives in its hash-chained history
+(:mod:`pytest_ditgate.experiment.history`)."""
 
 from __future__ import annotations
 

@@ -38,8 +38,9 @@ REASON_CATEGORIES: dict[str, Category] = {
     "crash": Category.CRASH,
 }
 
-#: severity order for picking the headline reason
-SEVERITY = (Category.CRASH, Category.INTEGRITY, Category.SCOPE, Category.CLASSIFICATION, Category.QUALITY,
+#: severity order for picking the headline reason: integrity first, so that no crash or other failure can
+#: hide a tampered path, golden, timer, history or refused option (all of those are exit 12)
+SEVERITY = (Category.INTEGRITY, Category.CRASH, Category.SCOPE, Category.CLASSIFICATION, Category.QUALITY,
             Category.PERFORMANCE)
 
 #: process exit codes of an experiment run (pytest's own codes 0-5 keep their meaning otherwise)

@@ -1,8 +1,10 @@
-"""Experiment mode: ``pytest --ditgate --ditgate-lane=<lane> [--ditgate-class=...]`` judges the working
-tree as a candidate and turns the run into KEEP / DISCARD (reason) / CRASH.
+"""Advisory experiment mode: ``pytest --ditgate --ditgate-lane=<lane>`` turns a run into KEEP / DISCARD
+(reason) / CRASH in the candidate's own process, for a quick look. It records nothing: only the judge
+(``ditgate experiment``, :mod:`pytest_ditgate.experiment`) decides a lane's KEEP and writes its ledger and
+history. Inside the judge's child run this session is not registered at all (the judge decides).
 
 Outcome collection works under pytest-xdist: gate reason codes and side-by-side comparisons travel to
-the controller as ``user_properties`` of test reports; only the controller decides and writes.
+the controller as ``user_properties`` of test reports (names in :mod:`pytest_ditgate.report_properties`).
 """
 
 from __future__ import annotations
@@ -15,15 +17,12 @@ from typing import Any
 import pytest
 
 from pytest_ditgate import options
-from pytest_ditgate.bench.plugin import COMPARISON_PROPERTY
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import GateFailure
-from pytest_ditgate.verdict.lane import CONFIG_PROPERTY, LANE_BEST_LABEL
-from pytest_ditgate.verdict.options import BASE, DESCRIPTION, LANE, MIN_IMPROVEMENT, VERDICT_JSON
-
-REASON_PROPERTY = "ditgate_reason"
-CLASS_EVIDENCE_PROPERTY = "ditgate_class_evidence"
-PEAK_MEMORY_PROPERTY = "ditgate_peak_memory_bytes"
+from pytest_ditgate.report_properties import (CLASS_EVIDENCE_PROPERTY, COMPARISON_PROPERTY, CONFIG_PROPERTY,
+                                              PEAK_MEMORY_PROPERTY, QUALITY_ATTRIBUTE, REASON_PROPERTY)
+from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
+from pytest_ditgate.verdict.options import DESCRIPTION, LANE, MIN_IMPROVEMENT, VERDICT_JSON
 
 
 class ExperimentSession:
@@ -37,7 +36,6 @@ class ExperimentSession:
         self.lane = options.get_option(config, LANE)
         self.verdict_json = options.get_option(config, VERDICT_JSON)
         self.description = options.get_option(config, DESCRIPTION) or ""
-        self.base = options.get_option(config, BASE)
         self.min_improvement = float(options.get_option(config, MIN_IMPROVEMENT) or 0.0)
         self.project = load_project_config(config.rootpath)
         self.outcomes: dict[str, Any] = {}
@@ -68,7 +66,7 @@ class ExperimentSession:
                 self.class_evidence.extend(str(v) for v in value)
             elif key == PEAK_MEMORY_PROPERTY and report.when == "call":
                 self.peak_memory = max(self.peak_memory or 0, int(value))
-        for record in getattr(report, "ditgate_quality", None) or []:
+        for record in getattr(report, QUALITY_ATTRIBUTE, None) or []:
             self.quality.append(dict(record, test=report.nodeid))
         if report.skipped and report.nodeid not in self.outcomes:
             self.outcomes[report.nodeid] = GateOutcome(report.nodeid, "skipped")
@@ -82,27 +80,6 @@ class ExperimentSession:
             self.outcomes.setdefault(report.nodeid, GateOutcome(report.nodeid, "passed"))
 
     # -- session-level checks ---------------------------------------------------------------------
-    def check_scope(self) -> None:
-        from pytest_ditgate.project_config import string_list
-        from pytest_ditgate.verdict.outcome import Category
-        from pytest_ditgate.verdict.scope import GitError, changed_paths, resolve_base, scope_violations
-
-        mutable = string_list(self.project, "mutable_paths")
-        fixed = string_list(self.project, "fixed_paths")
-        if not mutable and not fixed:
-            self.notes.append("scope: no mutable_paths/fixed_paths in [tool.ditgate]; not checked")
-            return
-        root = Path(self.config.rootpath)
-        try:
-            base = resolve_base(root, self.base)
-            changed = changed_paths(root, base)
-        except GitError as exc:
-            self.session_problems.append((Category.SCOPE, f"cannot determine the candidate's changes: {exc}"))
-            return
-        self.changed = changed
-        for problem in scope_violations(changed, mutable, fixed):
-            self.session_problems.append((Category.SCOPE, problem))
-
     def check_fixed_paths(self) -> list[str]:
         """Lines describing fixed paths changed since the lock (empty when intact, unlocked or deliberate)."""
         from pytest_ditgate.golden.fixed_paths import LockSettings, evaluate_lock
@@ -117,69 +94,51 @@ class ExperimentSession:
         return list(verdict.lines()) if verdict.changed else []
 
     # -- decision ---------------------------------------------------------------------------------
-    def finish(self, session: pytest.Session) -> None:
-        from pytest_ditgate.verdict.classify import classify_tagged
-        from pytest_ditgate.verdict.ledger import append_experiment, load_best, store_best
-        from pytest_ditgate.verdict.objective import beats_best, combine, improvement_pct
-        from pytest_ditgate.verdict.outcome import Category, GateOutcome, decide
-
+    def build_record(self, session: pytest.Session) -> tuple[Any, dict[str, Any]]:
+        """Pure: the advisory verdict and its record from what was collected (nothing is written)."""
         from pytest_ditgate.verdict.candidate import declared_class
+        from pytest_ditgate.verdict.classify import classify_tagged
+        from pytest_ditgate.verdict.objective import beats_best, combine
+        from pytest_ditgate.verdict.outcome import Category, GateOutcome, decide
 
         declared = declared_class(self.config)
         classification = classify_tagged(declared, self.class_evidence)
         versus_best = [c for c in self.comparisons if _is_versus_best(c)]
         objective = combine([c for c in self.comparisons if not _is_versus_best(c)])
-        arch = _arch(self)
-        root = self.context.artefact_dir
+        problems = list(self.session_problems)
         best = None
         try:
-            best = load_best(root, self.lane, arch) if self.lane else None
+            best = self.recorded_best()
         except ValueError as exc:
-            self.session_problems.append((Category.INTEGRITY, str(exc)))
+            problems.append((Category.INTEGRITY, str(exc)))
         if objective is not None and self.lane:
             better, why = beats_best(objective, best, min_improvement=self.min_improvement,
                                      remeasured=combine(versus_best))
             objective["vs_best"] = why
             if not better:
-                self.session_problems.append((Category.PERFORMANCE, why))
+                problems.append((Category.PERFORMANCE, why))
+        outcomes = dict(self.outcomes)
         if session.exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
-            self.outcomes["<session>"] = GateOutcome("<session>", "error", None, "the run was interrupted")
-        self.verdict = decide(self.outcomes.values(), session_problems=self.session_problems,
-                              experiment_class=classification.effective, declared_class=declared,
-                              lane=self.lane, objective=objective)
-        commit, parent = _commits(Path(self.config.rootpath))
-        environment = _environment(self)
+            outcomes["<session>"] = GateOutcome("<session>", "error", None, "the run was interrupted")
+        if not any(o.outcome in ("passed", "failed") for o in outcomes.values()):
+            problems.append((Category.CRASH, "no test ran (collected none, or skipped all)"))
+        verdict = decide(outcomes.values(), session_problems=problems, experiment_class=classification.effective,
+                         declared_class=declared, lane=self.lane, objective=objective)
         detail = {
-            "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-            "verdict": self.verdict.to_dict(), "commit": commit, "parent": parent, "arch": arch,
+            "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "advisory": True,
+            "verdict": verdict.to_dict(),
             "classification": {"declared": declared, "effective": classification.effective,
                                "evidence": list(classification.evidence)},
             "comparisons": self.comparisons, "quality": self.quality, "best_before": best,
             "candidate_config": self.candidate_config or None,
-            "peak_memory_bytes": self.peak_memory, "description": self.description,
-            "changed_paths": self.changed, "environment": environment, "notes": self.notes,
+            "peak_memory_bytes": self.peak_memory, "description": self.description, "notes": self.notes,
         }
+        return verdict, detail
+
+    def finish(self, session: pytest.Session) -> None:
+        self.verdict, detail = self.build_record(session)
         if self.lane:
-            row = {
-                "timestamp": detail["time_utc"], "commit": commit, "parent": parent, "status": self.verdict.label,
-                "class": classification.effective,
-                "objective_metric": objective["metric"] if objective else "",
-                "best_before": best["objective"]["ratio"] if best else None,
-                "candidate": objective["ratio"] if objective else None,
-                "improvement_pct": improvement_pct(objective, best) if objective else None,
-                "peak_vram_gb": self.peak_memory / 2**30 if self.peak_memory else None,
-                "quality": _quality_cell(self.quality, self.verdict),
-                "description": self.description,
-            }
-            try:
-                append_experiment(root, row, detail)
-                if self.verdict.label == "keep" and objective is not None:
-                    store_best(root, self.lane, arch, {"objective": objective, "commit": commit,
-                                                       "time_utc": detail["time_utc"], "environment": environment,
-                                                       "candidate_config": self.candidate_config or None,
-                                                       "comparisons": self.full_comparisons()})
-            except OSError as exc:
-                self.notes.append(f"could not write the ledger under {root}: {exc}")
+            self.notes.append("advisory: only `ditgate experiment` records a lane's verdict, ledger row and best")
         if self.verdict_json:
             from pytest_ditgate.fsutil import atomic_write_json
 
@@ -189,20 +148,17 @@ class ExperimentSession:
                 self.notes.append(f"could not write the verdict JSON {self.verdict_json}: {exc}")
                 self.verdict_json_failed = True
 
-    def full_comparisons(self) -> list[dict[str, Any]]:
-        """This run's comparisons with their raw samples, from the bench ledger (the lane best keeps them)."""
-        from pytest_ditgate.bench.ledger import LEDGER_FILE
-        from pytest_ditgate.fsutil import read_jsonl_report
+    def recorded_best(self) -> dict[str, Any] | None:
+        """The lane best this advisory verdict compares with: the last best ``ditgate experiment`` mirrored to
+        ``<artefacts>/best/`` (read only here; a record of the wrong shape raises ``ValueError``, reported as
+        an integrity problem). The judge itself reads the lane's history, never this mirror."""
+        from pytest_ditgate.device import real_device
+        from pytest_ditgate.verdict.ledger import load_best
 
-        tests = {c.get("test") for c in self.comparisons}
-        latest: dict[str, dict[str, Any]] = {}
-        content = read_jsonl_report(self.context.artefact_dir / LEDGER_FILE)
-        if content.skipped_message():
-            self.notes.append(f"lane best samples: {content.skipped_message()}")
-        for record in content.records:
-            if record.get("kind") == "comparison" and record.get("lane") == self.lane and record.get("test") in tests:
-                latest[record["test"]] = record
-        return list(latest.values()) or self.comparisons
+        if not self.lane:
+            return None
+        arch = next((c["arch"] for c in self.comparisons if c.get("arch")), None) or real_device().arch
+        return load_best(self.context.artefact_dir, self.lane, arch)
 
     # -- hooks (this object is registered as a plugin in experiment mode) ---------------------------
     @pytest.hookimpl(tryfirst=True)
@@ -210,7 +166,6 @@ class ExperimentSession:
         """Scope and integrity are judged before any test runs; a broken lock ends the run here, logged."""
         from pytest_ditgate.verdict.outcome import Category
 
-        self.check_scope()
         changed = self.check_fixed_paths()
         if not changed:
             return
@@ -256,49 +211,6 @@ def _is_versus_best(comparison: dict[str, Any]) -> bool:
     return str(comparison.get("name", "")).endswith(f"/ {LANE_BEST_LABEL}")
 
 
-def _arch(experiment: ExperimentSession) -> str:
-    for comparison in experiment.comparisons:
-        if comparison.get("arch"):
-            return comparison["arch"]
-    from pytest_ditgate.device import real_device
-
-    return real_device().arch
-
-
-def _commits(root: Path) -> tuple[str | None, str | None]:
-    """(commit, parent) of the candidate: ``$DITGATE_COMMIT`` names the commit of a copied tree (whose
-    .git may be stale), its parent is then unknown; else git's short HEAD and HEAD^."""
-    import os
-    import subprocess
-
-    from pytest_ditgate.environment import COMMIT_ENV
-
-    if os.environ.get(COMMIT_ENV):
-        return os.environ[COMMIT_ENV], None
-
-    def rev(name: str) -> str | None:
-        proc = subprocess.run(["git", "rev-parse", "--short=12", name], cwd=root, capture_output=True, text=True)
-        return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-    return rev("HEAD"), rev("HEAD^")
-
-
-def _environment(experiment: ExperimentSession) -> dict[str, Any]:
-    from pytest_ditgate.device import real_device
-    from pytest_ditgate.environment import environment_record
-
-    return environment_record(real_device(), cwd=experiment.config.rootpath)
-
-
-def _quality_cell(quality: list[dict[str, Any]], verdict: Any) -> str:
-    failed = [q for q in quality if not q.get("passed", True)]
-    if failed:
-        return f"FAIL {len(failed)}/{len(quality)} cases"
-    if quality:
-        return f"ok {len(quality)} cases"
-    return "fail" if verdict.category is not None and verdict.category.value == "quality" else "ok"
-
-
 _session_key = pytest.StashKey[ExperimentSession]()
 
 
@@ -326,6 +238,10 @@ def experiment(config: pytest.Config) -> ExperimentSession | None:
 def pytest_configure(config: pytest.Config) -> None:
     if get_context(config).is_xdist_worker:
         return
+    from pytest_ditgate.experiment.child import in_judged_run
+
+    if in_judged_run():
+        return  # the judge's child run: the judge decides, this process only carries evidence out
     if options.get_option(config, LANE) or options.get_option(config, VERDICT_JSON):
         session = ExperimentSession(config)
         config.stash[_session_key] = session

@@ -1,0 +1,183 @@
+"""The child side of a judged run (``-p pytest_ditgate.experiment.child``, folder in ``$DITGATE_CHILD_OUT``).
+
+This plugin runs in the candidate's process, so nothing it writes is trusted for a KEEP on its own: it
+only carries evidence out. It writes, into the fresh folder the judge made:
+
+* ``outputs/<n>.safetensors`` + ``outputs.jsonl``: every tensor set passed to ``golden.check``
+  (the judge compares them with the goldens itself);
+* ``tests.jsonl``: each test's phases and outcomes (a failure here can only discard);
+* ``class.json``: what executed (:mod:`observe`), plus what ``ditgate_candidate.declare`` reported;
+* the timing samples land in ``artefacts/bench.jsonl`` through the bench ledger (the artefact folder
+  of the child is inside the output folder).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+from pytest_ditgate.report_properties import CLASS_EVIDENCE_PROPERTY, CONFIG_PROPERTY, REASON_PROPERTY
+
+OUT_ENV = "DITGATE_CHILD_OUT"
+OUTPUTS = "outputs.jsonl"
+TESTS = "tests.jsonl"
+CLASS = "class.json"
+LANE_BEST = "lane_best.json"
+
+
+class ChildRecorder:
+    def __init__(self, out: Path) -> None:
+        self.out = out
+        self.count = 0
+        self.evidence: Any = None
+        self.observer: Any = None
+        self.modules = 0
+        self.declared: list[str] = []
+        self.config: dict[str, Any] = {}
+
+    # -- outputs ------------------------------------------------------------------------------------
+    def wrap_golden(self, config: pytest.Config) -> None:
+        from pytest_ditgate.keys import golden_session_key
+
+        state = config.stash.get(golden_session_key, None)
+        if state is None:
+            return
+        session = state.session
+        original = session.check
+
+        def check(name: str, tensors: Any, key: str, **kwargs: Any) -> Any:
+            self.save_output(name, key, kwargs.get("nodeid", ""), tensors, kwargs.get("optional", ()))
+            if self.observer is None:
+                return original(name, tensors, key, **kwargs)
+            from torch.utils._python_dispatch import _disable_current_modes
+
+            with _disable_current_modes():  # the comparison (metrics, SSIM windows) is not the candidate's code
+                return original(name, tensors, key, **kwargs)
+
+        session.check = check  # this process's own session object only
+
+    def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = ()) -> None:
+        from safetensors.torch import save_file
+
+        self.count += 1
+        file = f"outputs/{self.count:04d}.safetensors"
+        (self.out / "outputs").mkdir(parents=True, exist_ok=True)
+        plain = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        save_file(plain, str(self.out / file))
+        _append(self.out / OUTPUTS, {"name": name, "key": key, "test": nodeid, "file": file,
+                                     "optional": [str(p) for p in optional],
+                                     "tensors": {k: [str(v.dtype), list(v.shape)] for k, v in plain.items()}})
+
+    # -- hooks --------------------------------------------------------------------------------------
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.wrap_golden(session.config)  # every plugin's configure has run: the golden session exists
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        bench = getattr(item, "funcargs", {}).get("ditbench")
+        if bench is not None:
+            _observe_first_call(bench, self)  # nothing observed while timing: observation costs time
+        else:
+            self._start()
+        try:
+            return (yield)
+        finally:
+            self._stop()
+
+    def _start(self) -> Any:
+        try:
+            import torch  # noqa: F401
+
+            from pytest_ditgate.experiment.observe import Evidence, make_observer
+        except ImportError:
+            return None
+        if self.evidence is None:
+            self.evidence = Evidence()
+        self.observer = make_observer(self.evidence)
+        self.observer.__enter__()
+        return self.observer
+
+    def _stop(self) -> None:
+        if self.observer is not None:
+            self.observer.__exit__(None, None, None)
+            self.observer = None
+            from pytest_ditgate.experiment.observe import scan_modules
+
+            self.modules = max(self.modules, scan_modules(self.evidence))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        props = dict(report.user_properties) if report.when == "call" else {}
+        for key, value in report.user_properties:
+            if key == CLASS_EVIDENCE_PROPERTY and report.when == "call":
+                self.declared.extend(str(v) for v in value)
+            elif key == CONFIG_PROPERTY and report.when == "call":
+                self.config.update(value)
+        message = ""
+        if report.failed:
+            crash = getattr(report.longrepr, "reprcrash", None)
+            message = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or [""])[-1]
+        _append(self.out / TESTS, {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
+                                   "reason": dict(report.user_properties).get(REASON_PROPERTY) or props.get(REASON_PROPERTY),
+                                   "message": message[:2000]})
+
+    def pytest_collectreport(self, report: pytest.CollectReport) -> None:
+        if report.failed:
+            _append(self.out / TESTS, {"nodeid": report.nodeid or "<collection>", "when": "collect",
+                                       "outcome": "error", "message": str(report.longrepr)[-2000:]})
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        evidence = self.evidence
+        data = {"observed": evidence is not None, "modules": self.modules,
+                "gemms": evidence.gemms if evidence else 0, "ops": evidence.ops if evidence else 0,
+                "evidence": list(evidence.items) if evidence else [], "declared": self.declared,
+                "candidate_config": self.config, "exitstatus": int(session.exitstatus),
+                "collected": session.testscollected}
+        (self.out / CLASS).write_text(json.dumps(data, sort_keys=True, default=str))
+
+
+def _observe_first_call(bench: Any, recorder: ChildRecorder) -> None:
+    """``ditbench.pair`` times without the observer; the candidate is called once before, observed, untimed."""
+    original = bench.pair
+
+    def pair(candidate: Any, reference: Any, *args: Any, **kwargs: Any) -> Any:
+        if recorder._start() is not None:
+            try:
+                candidate(*args)  # what the timed calls will run
+            finally:
+                recorder._stop()
+        return original(candidate, reference, *args, **kwargs)
+
+    bench.pair = pair
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    from pytest_ditgate.fsutil import append_jsonl
+
+    append_jsonl(path, record)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    out = os.environ.get(OUT_ENV)
+    if out and not hasattr(config, "workerinput"):
+        recorder = ChildRecorder(Path(out))
+        config.pluginmanager.register(recorder, "ditgate-child-recorder")
+
+
+def in_judged_run() -> bool:
+    """Whether this process is the child run of ``ditgate experiment`` / ``ditgate baseline``."""
+    return bool(os.environ.get(OUT_ENV))
+
+
+def lane_best_config(config: pytest.Config) -> dict[str, Any] | None:
+    """The lane best the judge handed to this child (None outside a judged run or without a best)."""
+    out = os.environ.get(OUT_ENV)
+    if not out:
+        return None
+    try:
+        return json.loads((Path(out) / LANE_BEST).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None

@@ -1,0 +1,210 @@
+"""Reading what the child left in its output folder, and judging it with fixed code only.
+
+Outputs are compared with the goldens under the quality contract *here*; the timing ratios are derived
+here from the raw samples; the child's own pass/fail reports can only add failures.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from pytest_ditgate.fsutil import read_jsonl
+from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
+from pytest_ditgate.verdict.outcome import Category, GateOutcome
+
+#: a reference (fixed code) whose median time grew by more than this factor since the baseline run was
+#: slowed down from inside the candidate's process (its ratio would flatter the candidate); checked for
+#: device timers only: a host's wall clock under load varies by more than that on its own
+REFERENCE_DRIFT = 2.0
+DEVICE_TIMERS = ("cupti", "events", "graph")
+MIN_SAMPLES = 5
+
+
+@dataclass
+class ChildEvidence:
+    out: Path
+    outcomes: dict[str, GateOutcome] = field(default_factory=dict)
+    ran: set[str] = field(default_factory=set)
+    outputs: list[dict[str, Any]] = field(default_factory=list)
+    comparisons: list[dict[str, Any]] = field(default_factory=list)
+    observed: dict[str, Any] = field(default_factory=dict)
+    skipped_lines: int = 0
+
+
+def read_child(out: Path) -> ChildEvidence:
+    """Everything the child wrote (unparsable lines are counted, never trusted)."""
+    import json
+
+    from pytest_ditgate.bench.ledger import Ledger
+    from pytest_ditgate.experiment.child import CLASS, OUTPUTS, TESTS
+
+    evidence = ChildEvidence(out)
+    tests, bad = read_jsonl(out / TESTS)
+    evidence.skipped_lines += len(bad)
+    for report in tests:
+        nodeid, outcome = str(report.get("nodeid")), report.get("outcome")
+        if report.get("when") == "call" and outcome in ("passed", "failed"):
+            evidence.ran.add(nodeid)
+        if outcome == "skipped" and nodeid not in evidence.outcomes:
+            evidence.outcomes[nodeid] = GateOutcome(nodeid, "skipped")
+        elif outcome in ("failed", "error"):
+            kind = "failed" if report.get("when") == "call" or report.get("reason") else "error"
+            evidence.outcomes[nodeid] = GateOutcome(nodeid, kind, report.get("reason"), str(report.get("message", "")))
+        elif outcome == "passed" and report.get("when") == "call":
+            evidence.outcomes.setdefault(nodeid, GateOutcome(nodeid, "passed"))
+    evidence.outputs, bad = read_jsonl(out / OUTPUTS)
+    evidence.skipped_lines += len(bad)
+    records, bad = Ledger(out / "artefacts" / "bench.jsonl").read()
+    evidence.skipped_lines += len(bad)
+    evidence.comparisons = [r for r in records if r.get("kind") == "comparison"]
+    try:
+        evidence.observed = json.loads((out / CLASS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        evidence.observed = {}
+    return evidence
+
+
+def comparison_name(record: dict[str, Any]) -> str:
+    c = record.get("comparison", {})
+    return f"{record.get('test')}::{c.get('a', {}).get('label')} / {c.get('b', {}).get('label')}"
+
+
+def rederive(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]:
+    """The comparison re-derived from its raw samples, or a reason it cannot be trusted."""
+    from pytest_ditgate.bench.stats import ratio_interval
+
+    c = record.get("comparison", {})
+    name = comparison_name(record)
+    a, b = c.get("a", {}).get("samples_ms") or [], c.get("b", {}).get("samples_ms") or []
+    for side, samples in (("candidate", a), ("reference", b)):
+        if len(samples) < MIN_SAMPLES or not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0
+                                                 for x in samples):
+            return None, f"{name}: {side} timing samples are missing, too few or not positive finite numbers"
+    try:
+        interval = ratio_interval(a, b, method=str(c.get("method", "bootstrap")),
+                                  confidence=float(c.get("confidence", 0.95)))
+    except (ValueError, TypeError) as exc:
+        return None, f"{name}: cannot re-derive the ratio ({exc})"
+    reported = float(c.get("ratio", float("nan")))
+    if not math.isclose(reported, interval.ratio, rel_tol=1e-6):
+        return None, f"{name}: reported ratio {reported:.6g} is not the ratio of its samples ({interval.ratio:.6g})"
+    median_b = sorted(b)[len(b) // 2]
+    return {"name": name, "test": record.get("test"), "ratio": interval.ratio, "ci_low": interval.low,
+            "ci_high": interval.high, "method": interval.method, "mechanism": c.get("a", {}).get("mechanism"),
+            "arch": c.get("a", {}).get("arch"), "reference_median_ms": median_b,
+            "versus_best": name.endswith(f"/ {LANE_BEST_LABEL}")}, None
+
+
+def judge_timings(evidence: ChildEvidence, expected: list[str], reference_medians: dict[str, float],
+                  problems: list[tuple[Category, str]]) -> list[dict[str, Any]]:
+    """Re-derived comparisons (the latest per name); problems for untrusted or missing ones."""
+    latest: dict[str, dict[str, Any]] = {}
+    untrusted = set()
+    for record in evidence.comparisons:
+        derived, why = rederive(record)
+        if why:
+            problems.append((Category.INTEGRITY, why))
+            untrusted.add(comparison_name(record))
+            continue
+        latest[derived["name"]] = derived
+    for name in expected:
+        if name not in latest and name not in untrusted:
+            problems.append((Category.CRASH, f"required comparison {name} was not measured"))
+    for name, derived in latest.items():
+        recorded = reference_medians.get(name)
+        if recorded and str(derived.get("mechanism")).startswith(DEVICE_TIMERS) and derived["reference_median_ms"] > REFERENCE_DRIFT * recorded:
+            problems.append((Category.INTEGRITY, f"{name}: the reference took {derived['reference_median_ms']:.4g} ms, "
+                                                 f"{derived['reference_median_ms'] / recorded:.2f}x its baseline "
+                                                 f"{recorded:.4g} ms (the candidate's process slowed it down)"))
+    return list(latest.values())
+
+
+def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], experiment_class: str,
+                  contract: Path | None, arch: str, problems: list[tuple[Category, str]]) -> list[dict[str, Any]]:
+    """Compare every output with its golden here; quality records for the verdict."""
+    from safetensors.torch import load_file
+
+    from pytest_ditgate.errors import GateFailure
+    from pytest_ditgate.golden.session import GoldenSession
+    from pytest_ditgate.golden.store import GoldenStore
+
+    session = GoldenSession(GoldenStore(root / "golden"), mode="check")
+    quality = []
+    seen = set()
+    for record in evidence.outputs:
+        name, key = str(record.get("name")), str(record.get("key"))
+        label = f"{name}@{key}"
+        seen.add(label)
+        if key.split(".", 1)[0] not in ("cpu", arch):  # a machine key (issue 13) names its device first
+            problems.append((Category.INTEGRITY, f"output {label}: device key {key!r} is neither cpu nor this device"))
+            continue
+        try:
+            path = (evidence.out / str(record.get("file"))).resolve()
+            if evidence.out.resolve() not in path.parents:
+                raise ValueError("outside the output folder")
+            candidate = load_file(str(path))
+            hit = session.lookup(name, key)
+        except GateFailure as exc:
+            category = Category.INTEGRITY if exc.reason == "golden_integrity" else Category.QUALITY
+            problems.append((category, f"output {label}: [{exc.reason}] {exc.message.splitlines()[0]}"))
+            continue
+        except Exception as exc:  # a malformed output file is the candidate's crash, not a pass
+            problems.append((Category.CRASH, f"output {label}: unreadable ({type(exc).__name__}: {exc})"))
+            continue
+        optional = [str(p) for p in record.get("optional") or ()]
+        missing = sorted(n for n in set(hit.tensors) - set(candidate)
+                         if not any(fnmatch.fnmatchcase(n, p) for p in optional))  # optional diagnostics may be absent
+        extra = sorted(set(candidate) - set(hit.tensors))
+        if missing or extra:
+            problems.append((Category.QUALITY, f"output {label}: tensors missing from the candidate: {missing}, "
+                                               f"not in the golden: {extra}"))
+            continue
+        shared = {k: candidate[k] for k in hit.tensors if k in candidate}
+        if not shared:
+            problems.append((Category.QUALITY, f"output {label}: no tensor in common with the golden"))
+            continue
+        hit = replace(hit, tensors={k: t for k, t in hit.tensors.items() if k in shared})
+        passed, lines, metrics = _compare(shared, hit, experiment_class, contract, name)
+        quality.append({"case": name, "key": key, "test": record.get("test"), "passed": passed, "metrics": metrics})
+        if not passed:
+            problems.append((Category.QUALITY, f"output {label} fails its golden under class {experiment_class}: "
+                                               + "; ".join(lines[:3])))
+    produced = {_device_label(label) for label in seen}
+    for label in expected:
+        if label not in seen and _device_label(label) not in produced:
+            problems.append((Category.CRASH, f"required output {label} was not produced"))
+    return quality
+
+
+def _device_label(label: str) -> str:
+    """``name@device`` of ``name@key``: an output checked under this machine's key (``cpu.0f9e8d7c``, for an
+    ``exact`` claim) and one checked under the device's key (``cpu``) stand for the same required output,
+    since a suite checks the one its class needs (the baseline run freezes both)."""
+    name, _, key = label.rpartition("@")
+    return f"{name}@{key.split('.', 1)[0]}"
+
+
+def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contract: Path | None,
+             case: str) -> tuple[bool, list[str], dict[str, Any]]:
+    if contract is None:
+        from pytest_ditgate.golden.comparator import TensorComparator
+
+        result = TensorComparator()(candidate, hit)
+        return bool(result.passed), list(result.lines()), {}
+    from pytest_ditgate.quality.evaluate import evaluate_quality
+
+    result = evaluate_quality(candidate, hit.tensors, contract=contract, experiment_class=experiment_class, case=case,
+                              tolerance_scale=hit.tolerance_scale)
+    return bool(result.passed), list(result.failures) or [result.summary()], dict(result.metrics)
+
+
+def required_ran(evidence: ChildEvidence, required: tuple[str, ...]) -> list[str]:
+    """Problems when none of the lane's tests ran, or a required pattern matched no test that ran."""
+    if not evidence.ran:
+        return ["no test of the lane ran (collected none, skipped all, or the session stopped)"]
+    return [f"required test {pattern!r} did not run" for pattern in required
+            if not any(fnmatch.fnmatch(nodeid, pattern) for nodeid in evidence.ran)]

@@ -1,0 +1,93 @@
+"""The one git helper of the plugin: every ``git`` call goes through :func:`git`.
+
+The judge trusts git's object store for its anchors (the lane's baseline commit, the best's commit) and
+the working tree for what the candidate changed; nothing here takes a base from the caller.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+
+class GitError(RuntimeError):
+    """A git command failed (its stderr is in the message)."""
+
+
+def git(root: str | Path, *args: str, stdin: str | None = None) -> str:
+    """Run ``git args`` in ``root``; stdout, or :class:`GitError`."""
+    try:
+        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=120, input=stdin)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise GitError(f"git {' '.join(args)}: {exc}") from None
+    if proc.returncode != 0:
+        raise GitError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
+    return proc.stdout
+
+
+def rev(root: str | Path, name: str) -> str | None:
+    """The full commit id ``name`` resolves to, or None."""
+    try:
+        return git(root, "rev-parse", "--verify", "--quiet", f"{name}^{{commit}}").strip() or None
+    except GitError:
+        return None
+
+
+def head(root: str | Path) -> str | None:
+    return rev(root, "HEAD")
+
+
+def short(commit: str | None) -> str | None:
+    return commit[:12] if commit else None
+
+
+def is_ancestor(root: str | Path, ancestor: str, descendant: str = "HEAD") -> bool:
+    try:
+        git(root, "merge-base", "--is-ancestor", ancestor, descendant)
+        return True
+    except GitError:
+        return False
+
+
+def changed_since(root: str | Path, commit: str) -> list[str]:
+    """Every path that differs between ``commit`` and the working tree: committed, staged, unstaged and
+    untracked (files git ignores are the lock's business, not scope's)."""
+    changed = set(git(root, "diff", "--name-only", "--no-renames", commit).splitlines())
+    changed.update(git(root, "ls-files", "--others", "--exclude-standard").splitlines())
+    return sorted(path for path in changed if path.strip())
+
+
+def dirty(root: str | Path) -> bool:
+    return bool(git(root, "status", "--porcelain").strip())
+
+
+def commit_all(root: str | Path, message: str) -> str:
+    """``git add -A`` and commit (empty allowed); the new commit id."""
+    git(root, "add", "-A")
+    git(root, "commit", "-q", "--allow-empty", "--no-verify", "-m", message)
+    commit = head(root)
+    if commit is None:
+        raise GitError("no HEAD after committing")
+    return commit
+
+
+def read_blob_ref(root: str | Path, ref: str) -> str | None:
+    """The text of the blob a ref points at, or None when the ref does not exist."""
+    try:
+        return git(root, "cat-file", "blob", ref)
+    except GitError:
+        return None
+
+
+def write_blob_ref(root: str | Path, ref: str, text: str) -> None:
+    """Store ``text`` as a blob and point ``ref`` at it (outside every branch: ``git reset`` keeps it)."""
+    blob = git(root, "hash-object", "-w", "--stdin", stdin=text).strip()
+    git(root, "update-ref", ref, blob)
+
+
+def show(root: str | Path, commit: str, path: str) -> str | None:
+    """The text of ``path`` at ``commit``, or None when it does not exist there."""
+    try:
+        return git(root, "show", f"{commit}:{path}")
+    except GitError:
+        return None

@@ -1,0 +1,141 @@
+"""A lane's history: append-only JSON lines, each naming the previous record's hash (a hash chain).
+
+The chain's first record (genesis) is pinned in the fixed-paths lock, which ``ditgate baseline`` commits;
+its tip is pinned in a git ref (``refs/ditgate/lanes/<lane>``, outside every branch). So deleting,
+editing, truncating or relocating the history, or resetting the branch, is seen: the judge then refuses
+the experiment (integrity), and never starts a fresh best. The current best is the last KEEP record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+HISTORY_DIR = "lanes"
+REF_PREFIX = "refs/ditgate/lanes/"
+
+
+class HistoryError(RuntimeError):
+    """The lane's history is missing, edited, truncated or relocated."""
+
+
+def record_hash(record: dict[str, Any]) -> str:
+    body = {k: v for k, v in record.items() if k != "hash"}
+    return hashlib.sha256(json.dumps(body, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _safe(lane: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", lane)
+
+
+def history_path(artefacts: Path, lane: str) -> Path:
+    return artefacts / HISTORY_DIR / f"{_safe(lane)}.jsonl"
+
+
+def ref_name(lane: str) -> str:
+    return REF_PREFIX + _safe(lane)
+
+
+@dataclass
+class LaneHistory:
+    lane: str
+    path: Path
+    records: list[dict[str, Any]]
+
+    @property
+    def genesis(self) -> dict[str, Any]:
+        return self.records[0]
+
+    @property
+    def tip(self) -> dict[str, Any]:
+        return self.records[-1]
+
+    @property
+    def anchor(self) -> str | None:
+        """The lane's baseline commit (recorded right after the genesis, once ``ditgate baseline`` committed)."""
+        return next((r["anchor"] for r in self.records if r.get("anchor")), None)
+
+    def best(self) -> dict[str, Any]:
+        """The last KEEP record's ``best`` (the genesis holds the first)."""
+        for record in reversed(self.records):
+            if record.get("best"):
+                return record["best"]
+        raise HistoryError(f"lane {self.lane!r}: no best in its history")
+
+
+def read_history(root: Path, artefacts: Path, lane: str, *, genesis_hash: str | None) -> LaneHistory:
+    """Read and verify the chain: genesis pinned by the lock, tip pinned by the git ref."""
+    from pytest_ditgate.experiment import git
+
+    path = history_path(artefacts, lane)
+    pinned = git.read_blob_ref(root, ref_name(lane))
+    if genesis_hash is None:
+        raise HistoryError(f"lane {lane!r} has no baseline in the fixed-paths lock; run `ditgate baseline --lane "
+                           f"{lane}` first (a maintainer's step)")
+    if pinned is None:
+        raise HistoryError(f"lane {lane!r}: its history tip ref {ref_name(lane)} is missing")
+    try:
+        tip = json.loads(pinned)
+    except ValueError:
+        raise HistoryError(f"lane {lane!r}: ref {ref_name(lane)} is not a history tip") from None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise HistoryError(f"lane {lane!r}: its history {path} is missing (the tip ref names record "
+                           f"{tip.get('seq')}); restore it, never start a fresh best") from None
+    records = []
+    previous = None
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            raise HistoryError(f"{path}:{number}: not a JSON record (edited history)") from None
+        if not isinstance(record, dict) or record.get("hash") != record_hash(record):
+            raise HistoryError(f"{path}:{number}: record hash does not match its content (edited history)")
+        if record.get("prev") != previous or record.get("seq") != len(records):
+            raise HistoryError(f"{path}:{number}: breaks the chain (records removed, reordered or inserted)")
+        records.append(record)
+        previous = record["hash"]
+    if not records or records[0]["hash"] != genesis_hash:
+        raise HistoryError(f"{path}: its first record is not the genesis the lock pins ({genesis_hash[:16]}...)")
+    if tip.get("hash") != previous or tip.get("seq") != len(records) - 1:
+        raise HistoryError(f"{path}: ends at record {len(records) - 1}, but the tip ref names record "
+                           f"{tip.get('seq')} (truncated or replaced history)")
+    if tip.get("path") != _relative(root, path):
+        raise HistoryError(f"lane {lane!r}: history kept at {tip.get('path')}, now read from {_relative(root, path)} "
+                           "(relocated)")
+    return LaneHistory(lane, path, records)
+
+
+def _relative(root: Path, path: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path.resolve())
+
+
+def seal(lane: str, body: dict[str, Any], previous: dict[str, Any] | None) -> dict[str, Any]:
+    """The record that follows ``previous`` (None: the genesis), with its hash."""
+    record = dict(body, lane=lane, seq=0 if previous is None else previous["seq"] + 1,
+                  prev=None if previous is None else previous["hash"])
+    record["hash"] = record_hash(record)
+    return record
+
+
+def append(root: Path, path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    """Append a sealed record and move the tip ref to it."""
+    from pytest_ditgate.experiment import git
+    from pytest_ditgate.fsutil import append_line
+
+    lane = record["lane"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    append_line(path, json.dumps(record, sort_keys=True, default=str), fsync=True)
+    git.write_blob_ref(root, ref_name(lane), json.dumps({"lane": lane, "seq": record["seq"], "hash": record["hash"],
+                                                        "path": _relative(root, path)}, sort_keys=True))
+    return record
