@@ -54,6 +54,14 @@ QUALITY_BREAK = ("* (1 + scale[:, None]) + shift[:, None]\n        x = self.proj
                  "* (1 + scale[:, None])\n        x = self.proj_out_2(x)")
 
 
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root.resolve())
+    except ValueError:
+        return False
+    return True
+
+
 class Loop:
     """A temporary copy of the project as a git repository, and the commands of the doc run in it."""
 
@@ -63,8 +71,12 @@ class Loop:
                         GIT_AUTHOR_NAME="loop", GIT_AUTHOR_EMAIL="loop@example.invalid",
                         GIT_COMMITTER_NAME="loop", GIT_COMMITTER_EMAIL="loop@example.invalid")
         # the copy's plugin (src/ is a fixed folder, so the judge accepts it on PYTHONPATH); the project root
-        # itself is put on sys.path by the judged run, never by the caller
-        self.env["PYTHONPATH"] = str(work / "src")
+        # itself is put on sys.path by the judged run, never by the caller. Entries outside both trees stay
+        # (a GPU machine may install optional packages such as diffusers into a folder on PYTHONPATH; the
+        # judge refuses any that would shadow the project's modules)
+        inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                     if entry and not _inside(Path(entry), ROOT) and not _inside(Path(entry), work)]
+        self.env["PYTHONPATH"] = os.pathsep.join([str(work / "src"), *inherited])
         for name in [n for n in self.env if n.startswith(("DITGATE_", "PYTEST_"))]:
             del self.env[name]
         lanes = tomllib.loads((work / "pyproject.toml").read_text())["tool"]["ditgate"]["lanes"]
