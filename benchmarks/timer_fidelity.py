@@ -59,34 +59,40 @@ REPEATS = 20
 MARGIN = 0.01
 
 
+def device_activities(run: Callable[[], None]) -> list[Any]:
+    """The CUDA activities (kernels, copies; no annotations) that torch.profiler records while ``run`` runs
+    and the device finishes, in start order."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        run()
+        torch.cuda.synchronize()
+    cuda = torch.autograd.DeviceType.CUDA
+    return sorted((e for e in prof.profiler.kineto_results.events()
+                   if e.device_type() == cuda and not e.is_user_annotation()), key=lambda e: e.start_ns())
+
+
 def cupti_truth(fn: Callable[[], Any], iters: int = 50) -> float:
     """Mean device time per call (ms): sum of device activity durations over back-to-back calls."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     for _ in range(5):
         fn()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(iters):
-            fn()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    total_ns = sum(e.duration_ns() for e in prof.profiler.kineto_results.events()
-                   if e.device_type() == cuda and not e.is_user_annotation())
-    return total_ns / iters / 1e6
+    events = device_activities(lambda: [fn() for _ in range(iters)])
+    return sum(e.duration_ns() for e in events) / iters / 1e6
 
 
 def cupti_truth_in_graph(fn: Callable[[], Any], per_call_ms: float, replay_ms: float = 5.0) -> float:
     """Mean device time per call (ms) of the kernels inside a CUDA graph of back-to-back calls: the sum of
     device activity durations of a replay queued behind a lead replay (both traced), over its calls.
 
-    Kernels run faster inside a graph than host-launched (on an H200: LayerNorm 16x256x1152 4.4 %, copy
-    256 MB 1.2 %, benchmarks/gpu/graph_truth_probe.py), so mechanisms that time graph replays are judged
-    against this truth, host-launched ones against :func:`cupti_truth`. Built here, independent of the plugin.
+    Kernels run faster inside a graph than host-launched (on an H200: LayerNorm 16x256x1152 0.9-4.4 %,
+    benchmarks/gpu/graph_truth_probe.py), so the comparison of the two graph-replay mechanisms is judged
+    against this truth. Built here, independent of the plugin.
     """
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     count = max(10, min(10_000, int(replay_ms / max(per_call_ms, 1e-6))))
     side = torch.cuda.Stream()
@@ -101,16 +107,8 @@ def cupti_truth_in_graph(fn: Callable[[], Any], per_call_ms: float, replay_ms: f
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        graph.replay()
-        graph.replay()
-        torch.cuda.synchronize()
-    cuda = torch.autograd.DeviceType.CUDA
-    events = sorted((e for e in prof.profiler.kineto_results.events()
-                     if e.device_type() == cuda and not e.is_user_annotation()), key=lambda e: e.start_ns())
-    timed = events[len(events) // 2:]
-    del graph
-    return sum(e.duration_ns() for e in timed) / count / 1e6
+    events = device_activities(lambda: (graph.replay(), graph.replay()))
+    return sum(e.duration_ns() for e in events[len(events) // 2:]) / count / 1e6
 
 
 def measurement_row(m: Any) -> dict:

@@ -54,14 +54,6 @@ QUALITY_BREAK = ("* (1 + scale[:, None]) + shift[:, None]\n        x = self.proj
                  "* (1 + scale[:, None])\n        x = self.proj_out_2(x)")
 
 
-def _inside(path: Path, root: Path) -> bool:
-    try:
-        path.resolve().relative_to(root.resolve())
-    except ValueError:
-        return False
-    return True
-
-
 class Loop:
     """A temporary copy of the project as a git repository, and the commands of the doc run in it."""
 
@@ -74,8 +66,9 @@ class Loop:
         # itself is put on sys.path by the judged run, never by the caller. Entries outside both trees stay
         # (a GPU machine may install optional packages such as diffusers into a folder on PYTHONPATH; the
         # judge refuses any that would shadow the project's modules)
+        trees = (ROOT.resolve(), work.resolve())
         inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
-                     if entry and not _inside(Path(entry), ROOT) and not _inside(Path(entry), work)]
+                     if entry and not any(Path(entry).resolve().is_relative_to(tree) for tree in trees)]
         self.env["PYTHONPATH"] = os.pathsep.join([str(work / "src"), *inherited])
         for name in [n for n in self.env if n.startswith(("DITGATE_", "PYTEST_"))]:
             del self.env[name]

@@ -92,18 +92,31 @@ def tree_hash(root: Path = ROOT) -> str:
 def run_logged(command: list[str], log: Path, limit: float, cwd: Path = ROOT,
                env: dict[str, str] | None = None) -> tuple[int, float]:
     """Run ``command`` with its output in ``log``; (exit code, seconds). 124 when it ran past ``limit``."""
+    codes, seconds = run_logged_together([(command, log, env or child_env())], limit, cwd)
+    return codes[0], seconds
+
+
+def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limit: float,
+                        cwd: Path = ROOT) -> tuple[list[int], float]:
+    """Start every ``(command, log, env)`` at once; their exit codes (124 for one still running ``limit``
+    seconds after the start, killed with its process group) and the seconds until the last ended."""
     start = time.monotonic()
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
-                                   env=env or child_env(), start_new_session=True)
+    started = []
+    for command, log, env in runs:
+        out = log.open("w")
+        started.append((subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True), out))
+    codes = []
+    for process, out in started:
         try:
-            code = process.wait(timeout=limit)
+            codes.append(process.wait(timeout=max(0.0, start + limit - time.monotonic())))
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, 9)
             process.wait()
             out.write(f"\n[gpu_check] killed after {limit:.0f} s\n")
-            code = 124
-    return code, time.monotonic() - start
+            codes.append(124)
+        out.close()
+    return codes, time.monotonic() - start
 
 
 def child_env(**extra: str) -> dict[str, str]:
@@ -112,21 +125,22 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def suite_of(nodeid_file: str) -> str:
-    for suite, paths in SUITES.items():
+def suite_of(nodeid_file: str, suites: dict[str, list[str]]) -> str:
+    for suite, paths in suites.items():
         if any(nodeid_file == p or nodeid_file.startswith(p.rstrip("/") + "/") for p in paths):
             return suite
     return "other"
 
 
-def junit_counts(xml: Path) -> tuple[dict[str, dict[str, int]], list[str], list[str]]:
-    """Per-suite counts, failures (nodeid: first line) and skip reasons from a JUnit XML file."""
-    counts = {suite: {"passed": 0, "failed": 0, "skipped": 0, "errors": 0} for suite in SUITES}
+def junit_counts(xml: Path, suites: dict[str, list[str]]) -> tuple[dict[str, dict[str, int]], list[str], list[str]]:
+    """Per-suite counts (every suite of ``suites``, and "other"), failures (nodeid: first line) and skip
+    reasons from a JUnit XML file."""
+    counts = {suite: {"passed": 0, "failed": 0, "skipped": 0, "errors": 0} for suite in suites}
     failures, skips = [], []
     for case in ET.parse(xml).getroot().iter("testcase"):
         path = (case.get("file") or case.get("classname", "").replace(".", "/") + ".py")
         nodeid = f"{path}::{case.get('name')}"
-        suite = counts.setdefault(suite_of(path), {"passed": 0, "failed": 0, "skipped": 0, "errors": 0})
+        suite = counts.setdefault(suite_of(path, suites), {"passed": 0, "failed": 0, "skipped": 0, "errors": 0})
         outcome = "passed"
         for child in case:
             if child.tag in ("failure", "error"):
@@ -140,61 +154,48 @@ def junit_counts(xml: Path) -> tuple[dict[str, dict[str, int]], list[str], list[
     return counts, failures, skips
 
 
+def pytest_command(xml: Path, durations: int, *paths: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rs",
+            f"--durations={durations}", f"--junitxml={xml}", "-o", "junit_family=xunit1", *paths]
+
+
+def tests_result(codes: list[int], xmls: list[Path], suites: dict[str, list[str]], seconds: float,
+                 **extra: Any) -> dict[str, Any]:
+    """A stage of pytest runs: counts per suite, failures and skips merged from their JUnit XML; it passes
+    when every run exited 0, something passed and nothing failed."""
+    counts: dict[str, dict[str, int]] = {}
+    failures, skips = [], []
+    for code, xml in zip(codes, xmls):
+        if not xml.exists():
+            failures.append(f"no JUnit XML {xml.name} (exit {code}): see {xml.stem}.log")
+            continue
+        run_counts, run_failures, run_skips = junit_counts(xml, suites)
+        for suite, numbers in run_counts.items():
+            total = counts.setdefault(suite, {"passed": 0, "failed": 0, "skipped": 0, "errors": 0})
+            for key, value in numbers.items():
+                total[key] += value
+        failures += run_failures
+        skips += run_skips
+    failed = sum(c["failed"] + c["errors"] for c in counts.values())
+    ran = sum(c["passed"] for c in counts.values())
+    return {"rc": max(codes), "seconds": round(seconds, 1), **extra, "counts": counts, "failures": failures,
+            "skips": skips, "passed": not any(codes) and not failures and failed == 0 and ran > 0}
+
+
 def stage_suites(logs: Path, limit: float) -> dict[str, Any]:
     xml = logs / "suites.xml"
     paths = [p for paths in SUITES.values() for p in paths if (ROOT / p).exists()]
-    code, seconds = run_logged([sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rs",
-                                "--durations=20", f"--junitxml={xml}", "-o", "junit_family=xunit1", *paths],
-                               logs / "suites.log", limit)
-    result: dict[str, Any] = {"rc": code, "seconds": round(seconds, 1)}
-    if xml.exists():
-        result["counts"], result["failures"], result["skips"] = junit_counts(xml)
-    else:
-        result["failures"] = [f"no JUnit XML (exit {code}): see suites.log"]
-    failed = sum(c["failed"] + c["errors"] for c in result.get("counts", {}).values())
-    ran = sum(c["passed"] for c in result.get("counts", {}).values())
-    result["passed"] = code == 0 and failed == 0 and ran > 0
-    return result
+    code, seconds = run_logged(pytest_command(xml, 20, *paths), logs / "suites.log", limit)
+    return tests_result([code], [xml], SUITES, seconds)
 
 
 def stage_corpus(logs: Path, limit: float, shards: int = CORPUS_SHARDS) -> dict[str, Any]:
     """The tolerance corpus as ``shards`` parallel pytest processes; counts merged from their JUnit XML."""
-    start = time.monotonic()
-    processes = []
-    for index in range(shards):
-        xml, log = logs / f"corpus_{index}.xml", logs / f"corpus_{index}.log"
-        out = log.open("w")
-        command = [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rs",
-                   "--durations=10", f"--junitxml={xml}", "-o", "junit_family=xunit1", CORPUS]
-        process = subprocess.Popen(command, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
-                                   env=child_env(DITGATE_CORPUS_SHARD=f"{index}/{shards}"))
-        processes.append((process, out, xml))
-    codes = []
-    for process, out, _ in processes:
-        try:
-            codes.append(process.wait(timeout=max(1.0, limit - (time.monotonic() - start))))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait()
-            out.write(f"\n[gpu_check] killed after {limit:.0f} s\n")
-            codes.append(124)
-        out.close()
-    counts = {"passed": 0, "failed": 0, "skipped": 0, "errors": 0}
-    failures, skips = [], []
-    for (_, _, xml), code in zip(processes, codes):
-        if not xml.exists():
-            failures.append(f"{xml.name}: no JUnit XML (exit {code})")
-            continue
-        shard_counts, shard_failures, shard_skips = junit_counts(xml)
-        for suite_counts in shard_counts.values():
-            for key in counts:
-                counts[key] += suite_counts[key]
-        failures += shard_failures
-        skips += shard_skips
-    return {"rc": max(codes), "seconds": round(time.monotonic() - start, 1), "shards": shards,
-            "counts": {"tolerance_corpus": counts}, "failures": failures, "skips": skips,
-            "passed": not any(codes) and not failures and counts["passed"] > 0
-            and counts["failed"] + counts["errors"] == 0}
+    xmls = [logs / f"corpus_{index}.xml" for index in range(shards)]
+    runs = [(pytest_command(xml, 10, CORPUS), xml.with_suffix(".log"),
+             child_env(DITGATE_CORPUS_SHARD=f"{index}/{shards}")) for index, xml in enumerate(xmls)]
+    codes, seconds = run_logged_together(runs, limit)
+    return tests_result(codes, xmls, {"tolerance_corpus": [CORPUS]}, seconds, shards=shards)
 
 
 def targets_from(path: Path, convert: Callable[[dict], list[dict]]) -> tuple[list[dict], list[str]]:
