@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dit_impl.baseline.configs import CONFIGS, NUM_CLASSES
+from dit_impl.baseline.configs import CONFIGS
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -24,7 +24,7 @@ DEFAULT_CORPUS = Path(__file__).resolve().parent.parent / "fixtures" / "dit_corp
 SCHEDULER_NAMES = ("ddim", "dpm-multistep", "euler")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 _REQUIRED = ("name", "config", "class_labels", "seed", "steps", "guidance_scale", "scheduler", "resolution")
-_OPTIONAL = ("record_steps", "record_blocks", "tags")
+_OPTIONAL = ("record_steps", "record_blocks", "tags", "repeat")
 
 
 class CorpusError(ValueError):
@@ -46,10 +46,16 @@ class CorpusCase:
     record_steps: tuple[int, ...] = ()
     record_blocks: tuple[int, ...] = ()
     tags: tuple[str, ...] = ()
+    repeat: int = 1
+
+    @property
+    def labels(self) -> list[int]:
+        """The label of every image sampled: ``class_labels`` cycled ``repeat`` times."""
+        return list(self.class_labels) * self.repeat
 
     def sample_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for :func:`dit_impl.baseline.sample`."""
-        return dict(class_labels=list(self.class_labels), seed=self.seed, steps=self.steps,
+        return dict(class_labels=self.labels, seed=self.seed, steps=self.steps,
                     guidance_scale=self.guidance_scale, scheduler=self.scheduler,
                     record_steps=self.record_steps, record_blocks=self.record_blocks)
 
@@ -76,9 +82,10 @@ def _validate(raw: dict[str, Any], where: str) -> CorpusCase:
         raise bad("name", "a string of letters, digits, '.', '-' or '_'")
     if raw["config"] not in CONFIGS:
         raise bad("config", f"one of {', '.join(sorted(CONFIGS))}")
+    classes = CONFIGS[raw["config"]].num_classes
     labels = raw["class_labels"]
-    if not _int_list(labels) or not labels or not all(0 <= v < NUM_CLASSES for v in labels):
-        raise bad("class_labels", f"a non-empty list of ints in 0..{NUM_CLASSES - 1}")
+    if not _int_list(labels) or not labels or not all(0 <= v < classes for v in labels):
+        raise bad("class_labels", f"a non-empty list of ints in 0..{classes - 1} (the classes of {raw['config']!r})")
     if not _is_int(raw["seed"]) or raw["seed"] < 0:
         raise bad("seed", "an int >= 0")
     if not _is_int(raw["steps"]) or raw["steps"] < 1:
@@ -101,10 +108,13 @@ def _validate(raw: dict[str, Any], where: str) -> CorpusCase:
     tags = raw.get("tags", [])
     if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
         raise bad("tags", "a list of strings")
+    repeat = raw.get("repeat", 1)
+    if not _is_int(repeat) or repeat < 1:
+        raise bad("repeat", "an int >= 1")
     return CorpusCase(name=raw["name"], config=raw["config"], class_labels=tuple(labels), seed=raw["seed"],
                       steps=steps, guidance_scale=float(scale), scheduler=raw["scheduler"],
                       resolution=raw["resolution"], record_steps=tuple(record_steps),
-                      record_blocks=tuple(record_blocks), tags=tuple(tags))
+                      record_blocks=tuple(record_blocks), tags=tuple(tags), repeat=repeat)
 
 
 def load_corpus(path: str | Path = DEFAULT_CORPUS) -> list[CorpusCase]:

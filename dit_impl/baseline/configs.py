@@ -2,12 +2,18 @@
 
 ``tiny`` runs on two CPU cores in a fraction of a second per image; ``dit-xl-2-256`` is DiT-XL/2 at
 256x256 (28 layers, hidden 1152, 16 heads, patch 2, 32x32x4 latent, learned sigma, SD-shaped VAE).
+Both have random weights: they judge speed and structure. ``dit-s-shapes`` is a small pixel-space DiT
+trained by the project on a procedural family of ten shapes (``dit_impl.shapes``): its samples mean
+something, so it is the configuration whose cases judge perceptual quality.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 
 #: DiTPipeline's null class id for classifier-free guidance; the label table therefore has 1001 rows
 NULL_CLASS = 1000
@@ -20,8 +26,23 @@ class DitConfig:
 
     name: str
     transformer: dict[str, Any]
-    vae: dict[str, Any]
+    vae: dict[str, Any] | None  # None: pixel space (the transformer denoises images in [-1, 1])
     description: str = ""
+    weights_dir: str | None = None  # trained weights shipped with the project (relative to the repository root)
+
+    @property
+    def num_classes(self) -> int:
+        """Class labels are 0..num_classes-1; ``num_classes`` is the CFG null class."""
+        return int(self.transformer["num_embeds_ada_norm"])
+
+    @property
+    def null_class(self) -> int:
+        return self.num_classes
+
+    @property
+    def shipped_weights(self) -> Path | None:
+        """The folder of the trained weights this config ships with, or None (random weights)."""
+        return REPO_ROOT / self.weights_dir if self.weights_dir else None
 
     @property
     def latent_size(self) -> int:
@@ -37,7 +58,9 @@ class DitConfig:
 
     @property
     def vae_scale(self) -> int:
-        """Pixels per latent cell: 2 ** (number of VAE blocks - 1)."""
+        """Pixels per latent cell: 2 ** (number of VAE blocks - 1); 1 in pixel space."""
+        if self.vae is None:
+            return 1
         return 2 ** (len(self.vae["block_out_channels"]) - 1)
 
     @property
@@ -85,7 +108,20 @@ _XL_2_256 = DitConfig(
     ),
 )
 
-CONFIGS: dict[str, DitConfig] = {c.name: c for c in (_TINY, _XL_2_256)}
+_S_SHAPES = DitConfig(
+    name="dit-s-shapes",
+    description="8 layers, hidden 128 (4 heads x 32), patch 2, pixel space 32x32x3, 10 classes; trained on the "
+                "procedural shapes family (weights in fixtures/shapes/)",
+    transformer=dict(
+        num_attention_heads=4, attention_head_dim=32, in_channels=3, out_channels=3, num_layers=8,
+        sample_size=32, patch_size=2, norm_num_groups=32, attention_bias=True, activation_fn="gelu-approximate",
+        num_embeds_ada_norm=10, norm_type="ada_norm_zero", norm_elementwise_affine=False,
+    ),
+    vae=None,
+    weights_dir="fixtures/shapes",
+)
+
+CONFIGS: dict[str, DitConfig] = {c.name: c for c in (_TINY, _XL_2_256, _S_SHAPES)}
 
 
 def get_config(name: str) -> DitConfig:

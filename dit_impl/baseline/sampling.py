@@ -1,7 +1,8 @@
 """The baseline sampling loop, written like diffusers' DiTPipeline but returning what the gates compare.
 
-Classifier-free guidance with the null class 1000, the learned-sigma split, scheduler steps, latent
-scaling and VAE decode follow DiTPipeline. The initial noise is drawn on the CPU from ``seed`` and then
+Classifier-free guidance with the null class (1000 for ImageNet configs), the learned-sigma split,
+scheduler steps, latent scaling and VAE decode follow DiTPipeline; a pixel-space config (no VAE)
+denoises images in [-1, 1] and maps them to [0, 1]. The initial noise is drawn on the CPU from ``seed`` and then
 moved, so every device and dtype starts from the same latents.
 """
 
@@ -10,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
-from dit_impl.baseline.configs import NULL_CLASS, NUM_CLASSES
 
 if TYPE_CHECKING:
     import torch
@@ -75,10 +75,10 @@ def _normalise_steps(steps: Iterable[int], count: int) -> set[int]:
     return chosen
 
 
-def _check_labels(labels: Sequence[int]) -> None:
-    bad = [label for label in labels if not 0 <= int(label) < NUM_CLASSES]
+def _check_labels(labels: Sequence[int], num_classes: int) -> None:
+    bad = [label for label in labels if not 0 <= int(label) < num_classes]
     if not labels or bad:
-        raise ValueError(f"class labels must be a non-empty list of ints in 0..{NUM_CLASSES - 1}; bad: {bad or labels}")
+        raise ValueError(f"class labels must be a non-empty list of ints in 0..{num_classes - 1}; bad: {bad or labels}")
 
 
 def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: int, guidance_scale: float = 4.0,
@@ -87,10 +87,10 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
     """Run DiT sampling; record latents after ``record_steps`` and block outputs at ``record_block_steps``."""
     import torch
 
-    _check_labels(class_labels)
+    transformer, vae, cfg = model.transformer, model.vae, model.config
+    _check_labels(class_labels, cfg.num_classes)
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
-    transformer, vae, cfg = model.transformer, model.vae, model.config
     device, dtype = model.device, model.dtype
     batch, channels, size = len(class_labels), cfg.latent_channels, cfg.latent_size
     use_cfg = guidance_scale > 1
@@ -109,7 +109,7 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
     latent_input = torch.cat([latents] * 2) if use_cfg else latents
     labels = torch.tensor(list(class_labels), device=device, dtype=torch.long)
     if use_cfg:
-        labels = torch.cat([labels, torch.full_like(labels, NULL_CLASS)])
+        labels = torch.cat([labels, torch.full_like(labels, cfg.null_class)])
 
     activations: dict[str, torch.Tensor] = {}
     current = {"step": -1}
@@ -148,7 +148,7 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
             final = latent_input[:batch]
             images = None
             if decode:
-                decoded = vae.decode(final / vae.config.scaling_factor).sample
+                decoded = final if vae is None else vae.decode(final / vae.config.scaling_factor).sample
                 images = (decoded / 2 + 0.5).clamp(0, 1)
     finally:
         for handle in handles:

@@ -1,6 +1,8 @@
 """Model construction: diffusers-format weights from a local folder, or deterministic random init.
 
-A weights folder has ``transformer/`` and ``vae/`` subfolders as ``save_pretrained`` writes them; it is
+A config that ships trained weights (``dit-s-shapes``) loads them by default, after checking every file
+against the folder's sha256 manifest. A weights folder has ``transformer/`` and ``vae/`` subfolders as
+``save_pretrained`` writes them (no ``vae/`` for a pixel-space config); it is
 read with ``local_files_only=True`` and ``use_safetensors=True`` (never a download, never pickle) and
 its shapes are checked against the named configuration. Without a folder, every parameter is drawn
 from a generator seeded per parameter name, so the same seed gives the same model on any run.
@@ -36,8 +38,8 @@ class DitModel:
 
     config: DitConfig
     transformer: "DiTTransformer2DModel"
-    vae: "AutoencoderKL"
-    source: str  # "random(seed=N)" or "local:<folder>"
+    vae: "AutoencoderKL | None"  # None in pixel space
+    source: str  # "random(seed=N)", "local:<folder>" or "shipped:<config>@<sha256 prefix>"
 
     @property
     def dtype(self) -> "torch.dtype":
@@ -81,19 +83,20 @@ def _random_model(config: DitConfig, seed: int, dtype: "torch.dtype", device: "t
 
     with torch.device(device):  # parameters are created (and drawn) on the target device: fast for XL
         transformer = DiTTransformer2DModel(**config.transformer)
-        vae = AutoencoderKL(**config.vae)
+        vae = AutoencoderKL(**config.vae) if config.vae is not None else None
     init_random_(transformer, seed)
-    init_random_(vae, seed + 1)
     # nn.Module.to directly: diffusers' own .to() warns about casts that only matter for loaded checkpoints
     torch.nn.Module.to(transformer, dtype=dtype).eval()
-    torch.nn.Module.to(vae, dtype=dtype).eval()
+    if vae is not None:
+        init_random_(vae, seed + 1)
+        torch.nn.Module.to(vae, dtype=dtype).eval()
     return DitModel(config, transformer, vae, source=f"random(seed={seed})")
 
 
-def _check_folder(folder: Path) -> None:
+def _check_folder(folder: Path, pixel_space: bool = False) -> None:
     if not folder.is_dir():
         raise WeightsError(f"weights folder {folder} does not exist")
-    for sub in ("transformer", "vae"):
+    for sub in ("transformer",) if pixel_space else ("transformer", "vae"):
         part = folder / sub
         if not (part / "config.json").is_file():
             raise WeightsError(f"weights folder {folder}: {sub}/config.json is missing "
@@ -113,7 +116,7 @@ def _check_shapes(config: DitConfig, transformer: Any, vae: Any, folder: Path) -
         want, got = config.transformer[key], transformer.config.get(key)
         if got != want:
             problems.append(f"transformer/{key}: config {config.name!r} needs {want!r}, folder has {got!r}")
-    for key in _VAE_KEYS:
+    for key in _VAE_KEYS if vae is not None else ():
         want, got = _plain(config.vae[key]), _plain(vae.config.get(key))
         if got != want:
             problems.append(f"vae/{key}: config {config.name!r} needs {want!r}, folder has {got!r}")
@@ -124,19 +127,36 @@ def _check_shapes(config: DitConfig, transformer: Any, vae: Any, folder: Path) -
 def _local_model(config: DitConfig, folder: Path, dtype: "torch.dtype", device: "torch.device") -> DitModel:
     from diffusers import AutoencoderKL, DiTTransformer2DModel
 
-    _check_folder(folder)
+    _check_folder(folder, pixel_space=config.vae is None)
     common = dict(local_files_only=True, use_safetensors=True, torch_dtype=dtype)
     transformer = DiTTransformer2DModel.from_pretrained(str(folder), subfolder="transformer", **common)
-    vae = AutoencoderKL.from_pretrained(str(folder), subfolder="vae", **common)
+    vae = None if config.vae is None else AutoencoderKL.from_pretrained(str(folder), subfolder="vae", **common)
     _check_shapes(config, transformer, vae, folder)
     transformer.to(device).eval()
-    vae.to(device).eval()
+    if vae is not None:
+        vae.to(device).eval()
     return DitModel(config, transformer, vae, source=f"local:{folder}")
+
+
+def _shipped_model(config: DitConfig, dtype: "torch.dtype", device: "torch.device") -> DitModel:
+    """The config's shipped trained weights, checked against their sha256 manifest first."""
+    from dit_impl.shapes.bundle import BundleError, verify_bundle
+
+    folder = config.shipped_weights
+    try:
+        manifest = verify_bundle(folder)
+    except BundleError as exc:
+        raise WeightsError(f"config {config.name!r}: {exc}") from None
+    model = _local_model(config, folder, dtype, device)
+    digest = manifest["files"].get("transformer/diffusion_pytorch_model.safetensors", {}).get("sha256", "")
+    model.source = f"shipped:{config.name}@{digest[:12]}"
+    return model
 
 
 def load_model(config: str | DitConfig, *, weights: str | Path | None = None, seed: int = 0,
                dtype: "torch.dtype | str" = "float32", device: "torch.device | str" = "cpu") -> DitModel:
-    """The model for ``config``: from the local diffusers folder ``weights``, else random from ``seed``."""
+    """The model for ``config``: from the local diffusers folder ``weights``, else the config's shipped
+    trained weights, else random from ``seed``."""
     import torch
 
     cfg = get_config(config) if isinstance(config, str) else config
@@ -144,6 +164,8 @@ def load_model(config: str | DitConfig, *, weights: str | Path | None = None, se
     torch_device = torch.device(device)
     if weights is not None:
         return _local_model(cfg, Path(weights), torch_dtype, torch_device)
+    if cfg.shipped_weights is not None:
+        return _shipped_model(cfg, torch_dtype, torch_device)
     return _random_model(cfg, seed, torch_dtype, torch_device)
 
 
@@ -151,5 +173,6 @@ def save_model(model: DitModel, folder: str | Path) -> Path:
     """Write ``model`` as a diffusers-format folder (``transformer/``, ``vae/``, safetensors)."""
     target = Path(folder)
     model.transformer.save_pretrained(str(target / "transformer"), safe_serialization=True)
-    model.vae.save_pretrained(str(target / "vae"), safe_serialization=True)
+    if model.vae is not None:
+        model.vae.save_pretrained(str(target / "vae"), safe_serialization=True)
     return target

@@ -210,7 +210,7 @@ def detect_device(index: int | None = None, *, probe_sdpa: bool = True) -> Devic
         sdpa = probe_sdpa_backends(torch.device("cuda", index), dtype)
     return DeviceInfo(
         name=str(props.name),
-        arch=f"sm_{cc[0]}{cc[1]}",
+        arch=arch_label(cc),
         cc=cc,
         sm_count=int(props.multi_processor_count),
         l2_bytes=int(getattr(props, "L2_cache_size", 0)) or None,
@@ -246,6 +246,30 @@ def current_device() -> DeviceInfo:
 def real_device() -> DeviceInfo:
     """The real device, ignoring any profile (for provenance of measurements)."""
     return _cached_device(None)
+
+
+def device_arch() -> str:
+    """The arch label of the current device (``sm_90``, or ``cpu``), as :func:`detect_device` names it, but
+    with no backend probe, no memory query and no tool call: for a process that only names the device
+    while another one works on it (the judge, while its child runs the lane's tests)."""
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    if torch.version.cuda is None:
+        return "cpu"
+    try:
+        if not torch.cuda.is_available() or torch.cuda.device_count() == 0:
+            return "cpu"
+        cc = torch.cuda.get_device_capability(torch.cuda.current_device())
+    except (RuntimeError, AssertionError):
+        return "cpu"
+    return arch_label(cc)
+
+
+def arch_label(cc: tuple[int, int]) -> str:
+    """``sm_90`` for compute capability (9, 0): the arch key of goldens, ledgers and lanes."""
+    return f"sm_{int(cc[0])}{int(cc[1])}"
 
 
 def clear_cache() -> None:

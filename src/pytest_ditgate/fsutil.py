@@ -104,11 +104,16 @@ class JsonlContent:
 
     def skipped_message(self) -> str | None:
         """``<path>: skipped 2 unreadable line(s) (3, 7)``, or None when every line was read."""
-        if not self.bad:
-            return None
-        shown = ", ".join(str(n) for n in self.bad[:10]) + (", ..." if len(self.bad) > 10 else "")
-        return (f"{self.path}: skipped {len(self.bad)} unreadable line(s) ({shown}): not a JSON object "
-                "(a torn write or a hand edit)")
+        return skipped_message(self.path, self.bad, "line", "not a JSON object")
+
+
+def skipped_message(path: str | os.PathLike[str], bad: list[int], unit: str, why: str) -> str | None:
+    """``<path>: skipped 2 unreadable <unit>(s) (3, 7): <why> (...)`` for a ledger's skipped lines or rows
+    (the first ten numbers shown), or None when none was skipped."""
+    if not bad:
+        return None
+    shown = ", ".join(str(n) for n in bad[:10]) + (", ..." if len(bad) > 10 else "")
+    return f"{path}: skipped {len(bad)} unreadable {unit}(s) ({shown}): {why} (a torn write or a hand edit)"
 
 
 def read_jsonl_report(path: str | os.PathLike[str]) -> JsonlContent:

@@ -35,6 +35,7 @@ WHEN_ENABLED = (
     "pytest_ditgate.environment",
     "pytest_ditgate.gpus",
     "pytest_ditgate.fixtures",
+    "pytest_ditgate.reporting",
     "pytest_ditgate.verdict.candidate",
     "pytest_ditgate.verdict.lane",
     "pytest_ditgate.verdict.plugin",

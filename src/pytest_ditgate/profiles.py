@@ -7,12 +7,13 @@ live in ``pytest_ditgate/profiles/``; a user profile is any JSON file with the s
 from __future__ import annotations
 
 import dataclasses
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pytest_ditgate import toolchain
-from pytest_ditgate.device import SDPA_BACKENDS
+from pytest_ditgate.device import SDPA_BACKENDS, arch_label
 from pytest_ditgate.errors import ProfileError
 from pytest_ditgate.fsutil import CorruptFile, decode_json_object
 
@@ -84,7 +85,10 @@ FIELDS: dict[str, tuple[str, Any]] = {
     "triton": _OPT_STR, "nvcc": _OPT_STR, "bf16": _BOOL, "fp8": _BOOL, "tf32": _BOOL, "nvml": _BOOL,
     "sdpa": ("an object of backend -> true/false", None), "gpu_count": ("an integer >= 0", lambda v: type(v) is int and v >= 0),
     "index": _OPT_INDEX, "cpu_reason": _OPT_STR,
+    "peaks": ("an object with source (text), tflops (dtype -> number) and/or gbps (number)", None),
 }
+#: dtype keys of ``peaks.tflops`` (the dtype of the op's first input, as the phase profile names it)
+PEAK_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
 
 def validate_profile(data: dict[str, Any], origin: str) -> None:
@@ -107,8 +111,10 @@ def validate_profile(data: dict[str, Any], origin: str) -> None:
     if cc is not None:
         if not (isinstance(cc, list) and len(cc) == 2 and all(type(x) is int and x >= 0 for x in cc)):
             raise ProfileError(f"{where}: field 'cc' must be [major, minor] integers (like [8, 6]) or null, got {cc!r}")
-        if arch != "cpu" and f"sm_{cc[0]}{cc[1]}" != arch:
+        if arch != "cpu" and arch_label(cc) != arch:
             raise ProfileError(f"{where}: cc {cc!r} does not match arch {arch!r}")
+    if "peaks" in data:
+        _validate_peaks(data["peaks"], where)
     sdpa = data.get("sdpa")
     if sdpa is not None:
         if not isinstance(sdpa, dict):
@@ -117,6 +123,52 @@ def validate_profile(data: dict[str, Any], origin: str) -> None:
             if backend not in SDPA_BACKENDS or not isinstance(works, bool):
                 raise ProfileError(f"{where}: sdpa.{backend} = {works!r}: backends are {', '.join(SDPA_BACKENDS)}, "
                                    "each true or false")
+
+
+def _positive(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            and value > 0)
+
+
+def _validate_peaks(peaks: Any, where: str) -> None:
+    """``peaks``: measured rates of this device (never datasheet numbers), with where they were measured."""
+    allowed = "an object with source (text), tflops (dtype -> number) and/or gbps (number)"
+    if not isinstance(peaks, dict) or not peaks.keys() <= {"source", "tflops", "gbps"}:
+        raise ProfileError(f"{where}: field 'peaks' must be {allowed}, got {peaks!r}")
+    if not isinstance(peaks.get("source"), str) or not peaks["source"].strip():
+        raise ProfileError(f"{where}: peaks.source must say where the peaks were measured")
+    if "gbps" in peaks and not _positive(peaks["gbps"]):
+        raise ProfileError(f"{where}: peaks.gbps must be a positive number, got {peaks['gbps']!r}")
+    tflops = peaks.get("tflops", {})
+    if not isinstance(tflops, dict):
+        raise ProfileError(f"{where}: peaks.tflops must be an object of dtype -> number, got {tflops!r}")
+    for dtype, value in tflops.items():
+        if dtype not in PEAK_DTYPES or not _positive(value):
+            raise ProfileError(f"{where}: peaks.tflops.{dtype} = {value!r}: dtypes are {', '.join(PEAK_DTYPES)}, "
+                               "each a positive number")
+
+
+def _describes(data: dict[str, Any], name: str, arch: str) -> bool:
+    wanted = data.get("match_name")
+    return data.get("arch") == arch and bool(wanted) and wanted.lower() in name.lower()
+
+
+def peaks_for(name: str, arch: str, env_profile: str | None = None) -> tuple[dict[str, Any] | None, str]:
+    """The measured peaks of the device ``name``/``arch`` and a note on where they come from.
+
+    The profile named by ``env_profile`` (``DITGATE_DEVICE_PROFILE``) is asked first, then the shipped
+    ones; a profile counts only when its arch and ``match_name`` describe this device."""
+    candidates = ([env_profile] if env_profile else []) + shipped_profiles()
+    for spec in candidates:
+        try:
+            data = read_profile(spec)
+        except ProfileError:
+            continue
+        if _describes(data, name, arch) and data.get("peaks"):
+            peaks = dict(data["peaks"], profile=data["profile"])
+            return peaks, f"peaks from device profile {data['profile']}: {peaks['source']}"
+    return None, (f"no device profile with measured peaks describes {name} ({arch}): rates are absolute "
+                  "(add a 'peaks' object to a device profile to compare with this device's peaks)")
 
 
 def load_profile(spec: str):

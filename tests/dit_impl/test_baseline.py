@@ -38,7 +38,7 @@ def test_xl_config_has_dit_xl_2_shapes_and_1001_label_rows() -> None:
 
 
 def test_unknown_config_names_the_known_ones() -> None:
-    with pytest.raises(KeyError, match="known: dit-xl-2-256, tiny"):
+    with pytest.raises(KeyError, match="known: dit-s-shapes, dit-xl-2-256, tiny"):
         get_config("xxl")
 
 

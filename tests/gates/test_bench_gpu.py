@@ -161,3 +161,59 @@ def torch_add_twice(x, y):
 
     torch.add(x, y)
     return torch.add(x, y)
+
+
+PROFILED_SUITE = """
+import torch
+
+a = torch.randn(2048, 2048, device="cuda", dtype=torch.bfloat16)
+b = torch.randn_like(a)
+
+
+def step(a, b):
+    return torch.nn.functional.gelu(a @ b) + a
+
+
+def test_eager(ditbench):
+    ditbench(step, a, b, label="eager")
+
+
+def test_graph_replay(ditbench):
+    step(a, b)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step(a, b)
+    ditbench(graph.replay, label="graph")
+"""
+
+
+def test_profile_option_on_a_real_cuda_op(pytester: pytest.Pytester) -> None:
+    """``--ditgate-profile`` on a bf16 GEMM + GELU + add: the GEMM in the GEMM phase with TFLOP/s, the
+    elementwise kernels in GB/s from their ops' shapes, idle against the timed median, a trace on disk;
+    a CUDA graph replay's kernels are traced too (with no launching op, so no bytes)."""
+    import json
+
+    from pytest_ditgate.fsutil import read_jsonl
+
+    pytester.makepyfile(PROFILED_SUITE)
+    result = pytester.runpytest_subprocess("--ditgate", "--ditgate-profile", "-p", "no:benchmark",
+                                           "-p", "no:randomly", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["test_eager[[]eager[]]*device*", "*GEMM, * TFLOP/s*",
+                                 "*norm/elementwise, * GB/s*", "*idle: *% of the traced span*timed median*"])
+    records = {r["measurement"]["label"]: r for r in read_jsonl(pytester.path / ".ditgate" / "bench.jsonl")[0]}
+    (eager,) = records["eager"]["profiles"]
+    assert eager["source"] == "device" and eager["phases"]["gemm"]["ms"] > 0
+    gemm = next(k for k in eager["kernels"] if k["phase"] == "gemm")
+    assert gemm["bound"] == "compute" and gemm["flops"] == 2 * 2048 ** 3 and gemm["tflops"] > 1
+    elementwise = [k for k in eager["kernels"] if k["phase"] == "elementwise"]
+    assert len(elementwise) >= 2 and all(k["bound"] == "memory" and k["gbps"] > 1 for k in elementwise)
+    assert eager["timed_ms"] == records["eager"]["measurement"]["median_ms"]
+    assert 0 <= eager["timed_idle"]["share"] < 1
+    trace = json.loads((pytester.path / ".ditgate" / eager["trace"]).read_text())
+    assert any(e.get("cat") == "kernel" for e in trace["traceEvents"])
+    (graph,) = records["graph"]["profiles"]
+    assert graph["source"] == "device" and graph["phases"]["gemm"]["ms"] > 0  # the replay's kernels
+    replayed = [k for k in graph["kernels"] if k["phase"] == "elementwise"]
+    assert replayed and all("gbps" not in k and k["bytes_unknown"] for k in replayed)

@@ -127,3 +127,20 @@ def test_kernel_check_failure_is_short_and_reason_first(pytester: pytest.Pyteste
     assert "checks.py" not in text and "correctness/plugin.py:" not in text  # no plugin internals
     result.stdout.fnmatch_lines(["E   *GateFailure: [[]mismatch[]] kernel_check * failed: mismatch*",
                                  "FAILED test_k.py::test_k - [[]mismatch[]] kernel_check*"])
+
+
+def test_gate_failures_are_trimmed_by_the_main_plugin(pytester: pytest.Pytester) -> None:
+    """The trimming serves every gate: it stays with the kernel_check plugin blocked (pytest -p no:)."""
+    pytester.makepyfile(test_k="""
+        import torch
+        from pytest_ditgate import check_kernel
+        def make(seed):
+            return (torch.randn(4, 4, generator=torch.Generator().manual_seed(seed)),)
+        def test_k():
+            check_kernel(lambda x: x * 2 + 1, lambda x: x * 2, make, trials=1)
+    """)
+    result = pytester.runpytest("--ditgate", "-p", "no:cacheprovider", "-p", "no:pytest_ditgate.correctness.plugin",
+                                "-rf")
+    result.assert_outcomes(failed=1)
+    assert "checks.py" not in result.stdout.str()
+    result.stdout.fnmatch_lines(["FAILED test_k.py::test_k - [[]mismatch[]] kernel_check*"])

@@ -15,7 +15,8 @@ import pytest
 from pytest_ditgate import cli
 from pytest_ditgate.bench.ledger import Ledger
 from pytest_ditgate.fsutil import (GITIGNORE_TEXT, CorruptFile, LedgerWarning, append_jsonl, atomic_write_text,
-                                   ensure_gitignore, read_json_object, read_jsonl_report, remove_stale_temps)
+                                   ensure_gitignore, read_json_object, read_jsonl_report, remove_stale_temps,
+                                   skipped_message)
 
 
 def test_append_after_a_torn_line_keeps_the_new_record(tmp_path: Path) -> None:
@@ -27,6 +28,20 @@ def test_append_after_a_torn_line_keeps_the_new_record(tmp_path: Path) -> None:
     assert content.bad == [2]
     assert content.skipped_message() == (f"{ledger}: skipped 1 unreadable line(s) (2): not a JSON object "
                                          "(a torn write or a hand edit)")
+
+
+def test_one_message_for_skipped_lines_and_rows(tmp_path: Path) -> None:
+    """results.tsv's rows and a JSONL ledger's lines are reported by one formatter (ten numbers shown)."""
+    from pytest_ditgate.verdict.ledger import read_results
+
+    tsv = tmp_path / "results.tsv"
+    tsv.write_bytes(b"a\tb\n" + b"torn\n" * 12 + b"1\t2\n")
+    skipped: list[str] = []
+    assert read_results(tmp_path, skipped) == [{"a": "1", "b": "2"}]
+    assert skipped == [skipped_message(tsv, list(range(2, 14)), "row", "not UTF-8 or not 2 tab-separated cells")]
+    assert skipped[0] == (f"{tsv}: skipped 12 unreadable row(s) (2, 3, 4, 5, 6, 7, 8, 9, 10, 11, ...): not UTF-8 "
+                          "or not 2 tab-separated cells (a torn write or a hand edit)")
+    assert skipped_message(tsv, [], "row", "x") is None
 
 
 def _append_many(path: str, worker: int) -> None:

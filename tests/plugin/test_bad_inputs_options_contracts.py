@@ -52,7 +52,7 @@ def test_ditgate_dir_from_the_environment_is_checked(pytester: pytest.Pytester, 
      "ERROR: quality contract c.toml has no rule for experiment class 'exact' (it covers: numerical)*"),
     (b"[metrics.rel_l2]\nnumerical = 3\n", [], "ERROR: c.toml: metrics.rel_l2.numerical must be a table*"),
     (b"[metrics.rel_l2.numerical]\nmaximum = 0.1\n", [],
-     "ERROR: c.toml: unknown key metrics.rel_l2.numerical.'maximum' (allowed: required, min, max, abs, rel, note)"),
+     "ERROR: c.toml: unknown key metrics.rel_l2.numerical.'maximum' (allowed: required, cases, min, max, abs, rel, note)"),
     (b"[metrics.sharpness.numerical]\nmax = 0.1\n", [], "ERROR: c.toml: unknown metric 'metrics.sharpness'; known metrics: psnr*"),
 ])
 def test_bad_contract_is_a_usage_error(pytester: pytest.Pytester, contract: bytes, args: list[str], message: str) -> None:
@@ -104,3 +104,11 @@ def test_quality_gate_takes_tensors_with_the_shipped_contract(pytester: pytest.P
                                  "or two mappings of named tensors, got dict and Tensor",
                                  "FAILED test_quality.py::test_mixed - quality_gate.check('img0'*"])
     assert "quality_plugin.py:" not in result.stdout.str()  # no plugin frames in the report
+
+
+def test_bad_lane_noise_floor_is_a_usage_error_in_advisory_runs(pytester: pytest.Pytester) -> None:
+    """An advisory run of a declared lane uses the judge's floor, and refuses an invalid one as the judge does."""
+    pytester.makepyfile(test_lane=NEVER)
+    pytester.makepyprojecttoml('[tool.ditgate.lanes.fwd]\ntests = ["test_lane.py"]\nmin_improvement = "2%"\n')
+    _usage_error(pytester.runpytest("--ditgate", "--ditgate-lane=fwd", "-p", "no:cacheprovider"),
+                 "*[[]tool.ditgate.lanes.fwd[]] min_improvement must be a number in [[]0, 0.5), got '2%'*")

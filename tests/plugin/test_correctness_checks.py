@@ -252,6 +252,24 @@ def test_tampered_timers_names_each_replaced_function(monkeypatch: pytest.Monkey
     assert "torch.cuda.Event" in tampered_timers()
 
 
+@pytest.mark.parametrize("run", ["same-precision", "|inputs|"])
+def test_timers_replaced_in_an_estimate_run_fail_the_gate(monkeypatch: pytest.MonkeyPatch, run: str) -> None:
+    """The honest-error estimate's two optional reference runs leave out a run that fails, but not one that
+    replaced a timing function: that still fails the gate."""
+    import time
+
+    def reference(a, b):
+        same_precision = a.dtype == torch.float32
+        magnitude = a.dtype == torch.float64 and bool((a >= 0).all() and (b >= 0).all())
+        if (same_precision, magnitude) == (run == "same-precision", run == "|inputs|"):
+            monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
+        return a @ b
+
+    with pytest.raises(GateFailure) as failure:  # the table fails: the estimate's runs are made
+        check_kernel(lambda a, b: (a @ b) * 1.01, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=1)
+    assert _reason(failure) == "timer_tampered"
+
+
 def test_timer_integrity_does_not_import_torch() -> None:
     code = ("import sys, pytest_ditgate.timer_integrity as t; assert t.tampered_timers() == []; "
             "print('torch' in sys.modules)")
@@ -394,6 +412,19 @@ def test_reference_dtype_same_keeps_the_table() -> None:
         check_kernel(lambda x: x.sum(-1) * 1.01, lambda x: x.sum(-1), _inputs(torch.float32, (4, 64)),
                      reference_dtype="same", trials=1)
     assert "table bounds only" in failure.value.message
+
+
+def test_every_bound_reads_the_honest_rule_when_it_is_made(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One source for the rule: a bound made directly, a table-only bound and an estimate all use the
+    ``tolerances.HONEST_RULE`` of the moment (the docs table's producer swaps it for the old rule)."""
+    from pytest_ditgate.correctness import honest, tolerances
+    from pytest_ditgate.correctness.report import HonestBound
+
+    rule = tolerances.HonestRule(same_precision=0.0, magnitude=0.0, length=0.0, elementwise=0.0)
+    monkeypatch.setattr(tolerances, "HONEST_RULE", rule)
+    reference = torch.ones(4, dtype=torch.float64)
+    made = honest.estimate(reference, None, None, table=1e-5, roundoff=6e-8, ceiling=1e-3)
+    assert HonestBound(table=1e-5).rule is HonestBound.table_only(1e-5).rule is made.rule is rule
 
 
 def test_the_estimate_runs_only_where_the_table_fails() -> None:

@@ -79,3 +79,35 @@ def test_profile_errors_are_clear(tmp_path) -> None:
     bad.write_text('{"name": "x", "arch": "ampere"}')
     with pytest.raises(ProfileError, match="arch must be"):
         load_profile(str(bad))
+
+
+def test_device_arch_names_the_device_without_probing_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge names the device while its child uses it: no memory query, no backend probe, no tool call."""
+    torch = pytest.importorskip("torch")
+    from pytest_ditgate.device import device_arch
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=None: (9, 0))
+
+    def touched(*args, **kwargs):
+        raise AssertionError("device_arch must not create a context or probe the device")
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", touched)
+    monkeypatch.setattr(device_mod, "probe_sdpa_backends", touched)
+    monkeypatch.setattr(device_mod.toolchain, "nvcc_version", touched)
+    assert device_arch() == "sm_90"
+
+
+def test_device_arch_is_cpu_where_detection_says_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    torch = pytest.importorskip("torch")
+    from pytest_ditgate.device import device_arch
+
+    assert device_arch() == detect_device().arch  # this machine, unpatched
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: (_ for _ in ()).throw(RuntimeError("no driver")))
+    assert device_arch() == "cpu"
+    monkeypatch.setattr(torch.version, "cuda", None)
+    assert device_arch() == "cpu"

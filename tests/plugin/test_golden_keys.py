@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_ditgate.golden.keys import (CPU_SCALE, FAMILY_SCALE, fallback_chain, family, is_machine_key, machine_key,
-                                       validate_key)
+from pytest_ditgate.golden.keys import (CPU_SCALE, FAMILY_SCALE, device_of, fallback_chain, family, is_machine_key,
+                                       machine_key, validate_key)
 
 
 def test_chain_order_exact_family_nearest_first_then_cpu() -> None:
@@ -31,6 +31,14 @@ def test_machine_keys_have_no_fallback() -> None:
     assert [s.key for s in fallback_chain("sm_86", {key, "sm_80"})] == ["sm_86", "sm_80", "cpu"]
     with pytest.raises(ValueError, match="already a machine key"):
         machine_key(key, "x")
+
+
+def test_device_of_device_and_machine_keys() -> None:
+    assert [device_of(k) for k in ("cpu", "sm_90", "cpu.1a2b3c4d", machine_key("sm_86", "x"))] == [
+        "cpu", "sm_90", "cpu", "sm_86"]
+    for bad in ("cpu.zz", "sm_90.", "gpu.1a2b3c4d", "cpu.1a2b3c4d.00000000"):
+        with pytest.raises(ValueError, match="bad golden device key"):
+            device_of(bad)
 
 
 @pytest.mark.parametrize("key", ["gpu", "sm86", "sm_8", "../x", "", "cpu\n", "cpu.abc", "cpu.0123456789", "sm_90.ABCDEF12",

@@ -245,6 +245,19 @@ def test_optional_tensors_may_be_absent_and_are_reported_required_ones_may_not(p
     assert "not compared: test_gold.py::test_missing_required" not in result.stdout.str()
 
 
+def test_the_summary_and_the_failure_name_optional_tensors_alike() -> None:
+    """One helper shows the optional tensors not compared, in the run summary and in a failure message."""
+    from pytest_ditgate.golden.report import GoldenReport, shown_names
+    from pytest_ditgate.golden.session import _not_compared_line
+
+    names = tuple(f"block{i}.step0" for i in range(6))
+    tail = "block0.step0, block1.step0, block2.step0, block3.step0, ... (6 in all)"
+    assert shown_names(names) == tail and shown_names(names[:2]) == "block0.step0, block1.step0"
+    assert (f"  not compared: t.py::t [case]: {tail}", {}) in GoldenReport("check", not_compared=[
+        ("t.py::t", "case", names)]).lines()
+    assert _not_compared_line(names) == f"not compared (optional, not produced by the candidate): {tail}"
+
+
 def test_machine_keys_are_frozen_per_machine_and_never_fall_back(pytester: pytest.Pytester) -> None:
     """Bitwise claims are judged against goldens of THIS machine only: the machine key has no fallback to
     the device kind's golden, its missing golden says how to make one, and freezing records the machine."""

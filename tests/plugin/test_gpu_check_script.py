@@ -80,3 +80,25 @@ def test_the_tree_hash_covers_sources_and_skips_caches(tmp_path: Path, gpu_check
     assert gpu_check.tree_hash(tmp_path) == before
     (tmp_path / "src" / "pkg" / "mod.py").write_text("x = 2\n")
     assert gpu_check.tree_hash(tmp_path) != before
+
+
+def test_corpus_shards_split_the_gpu_corpus_without_skips() -> None:
+    """Every test of the GPU corpus is collected by exactly one shard (DITGATE_CORPUS_SHARD=i/n, as the corpus
+    stage runs it): none is collected and then skipped in the others."""
+    import os
+
+    corpus = ROOT / "tests" / "gates" / "test_tolerance_corpus_gpu.py"
+
+    def collect(shard: str) -> subprocess.Popen:
+        env = {**os.environ, "DITGATE_CORPUS_SHARD": shard}
+        return subprocess.Popen([sys.executable, "-m", "pytest", "--co", "-q", "-p", "no:cacheprovider", str(corpus)],
+                                cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    runs = {shard: collect(shard) for shard in ("", "0/2", "1/2")}
+    ids = {}
+    for shard, run in runs.items():
+        out = run.communicate(timeout=120)[0]
+        assert run.returncode == 0, out
+        ids[shard] = [line for line in out.splitlines() if "::" in line]
+    assert sorted(ids["0/2"] + ids["1/2"]) == sorted(ids[""]) and ids["1/2"]
+    assert any("test_tf32_tensor_cores" in i for i in ids["0/2"])

@@ -4,6 +4,8 @@ test_agent_loop.py)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from judge_project import CANDIDATE, Project
@@ -61,6 +63,11 @@ DISGUISED_QUANTIZATION = CANDIDATE.replace("            self.proj.weight.copy_(W
         return torch.nn.functional.linear(y, self.qweight.float() * self.scale)""")
 
 
+def tampered_marker(p: Project) -> Path:
+    """The file the tampered bytecode writes when it is imported (it must never be)."""
+    return p.root.parent / "tampered_bytecode_ran"
+
+
 def tamper_bytecode(p: Project) -> None:
     """A slow reference compiled into the fixed module's __pycache__, header made to match the source."""
     import importlib.util
@@ -68,7 +75,8 @@ def tamper_bytecode(p: Project) -> None:
 
     source = p.root / "reference" / "work.py"
     slow = p.root.parent / "slow_work.py"
-    slow.write_text(source.read_text().replace("range(24)", "range(240)"))
+    slow.write_text(source.read_text().replace("range(24)", "range(240)")
+                    + f"\nimport pathlib\npathlib.Path({str(tampered_marker(p))!r}).write_text('tampered bytecode ran')\n")
     target = p.root / "reference" / "__pycache__" / importlib.util.cache_from_source(str(source)).rsplit("/", 1)[-1]
     target.parent.mkdir(exist_ok=True)
     py_compile.compile(str(slow), cfile=str(target))
@@ -117,6 +125,6 @@ def test_tampered_bytecode_of_a_fixed_module_never_runs(judged: Project) -> None
     result = judged.experiment()
     assert result.returncode == 11, result.stdout[-4000:]
     assert "not faster than the lane best" in result.stdout
-    # the reference that ran was the source's (24 passes), not the tampered bytecode's (240): a no-op
-    # candidate takes about as long as it, never a tenth
-    assert judged.verdict()["verdict"]["objective"]["ratio"] > 0.5, judged.verdict()["verdict"]["objective"]
+    # the reference that ran was the source's, not the tampered bytecode's (which says so when imported;
+    # a ratio of timings would say it too, but a host clock under load cannot be trusted to)
+    assert not tampered_marker(judged).exists(), "the tampered bytecode of a fixed module was imported"

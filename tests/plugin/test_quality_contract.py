@@ -18,8 +18,39 @@ def test_repository_contract_covers_every_class() -> None:
         assert contract.rules(cls), cls
     exact = {rule.metric: rule for rule in contract.rules("exact")}
     assert exact["max_ulp"].limit("max", "bf16") == 0  # exact means bitwise by default
-    clip = {rule.metric: rule for rule in contract.rules("quantization")}["clip_score"]
-    assert clip.required and clip.abs == 0.0 and clip.rel == 0.0 and clip.min == 20.0
+    quantization = contract.rules("quantization")
+    clip = next(rule for rule in quantization if rule.metric == "clip_score")
+    # CLIP and LPIPS need downloaded weights: optional, so that an offline quantization can be judged at all
+    assert not clip.required and clip.abs == 0.0 and clip.rel == 0.0 and clip.min == 20.0
+    # the learned metrics judge quantization on the trained shapes cases: zero regression within seed noise
+    learned = {rule.metric: rule for rule in quantization if rule.applies_to("shapes-ddim-50")
+               and rule.spec.needs == "classifier"}
+    assert set(learned) == {"class_accuracy", "frechet_distance"}
+    assert all(rule.required and rule.noise > 0 for rule in learned.values())
+    # detecting quantization never loosens the gate: its pixel limits are at most numerical's loosest
+    for rule in quantization:
+        if rule.spec.pair and rule.metric != "lpips":
+            numerical = next(r for r in contract.rules("numerical") if r.metric == rule.metric
+                             and r.cases == rule.cases)
+            key = "min" if rule.min is not None else "max"
+            loosest = numerical.limit(key, "default")
+            assert (rule.limit(key, "int8") >= loosest) if key == "min" else (rule.limit(key, "int8") <= loosest)
+
+
+def test_case_patterns_and_second_tables() -> None:
+    """``cases`` picks the cases a table judges ("!" excludes); ``<metric>@<label>`` is a second table."""
+    contract = contract_from_dict({"metrics": {
+        "psnr": {"cases": ["!shapes-*"], "numerical": {"min": 30.0}},
+        "psnr@shapes": {"cases": ["shapes-*"], "numerical": {"min": 18.0},
+                        "approximate": {"cases": ["shapes-big-*"], "min": 10.0}},
+        "class_accuracy": {"cases": ["shapes-*"], "noise": 0.05, "quantization": {}}}}, source="c.toml")
+    numerical = contract.rules("numerical")
+    assert [(r.metric, r.min) for r in numerical if r.applies_to("xl-ddim-10")] == [("psnr", 30.0)]
+    assert [(r.metric, r.min) for r in numerical if r.applies_to("shapes-ddim-20")] == [("psnr", 18.0)]
+    approximate = contract.rules("approximate")
+    assert [r.applies_to(name) for r in approximate for name in ("shapes-ddim-20", "shapes-big-1")] == [False, True]
+    (accuracy,) = contract.rules("quantization")
+    assert accuracy.noise == 0.05 and accuracy.abs == 0.0 and accuracy.cases == ("shapes-*",)
 
 
 @pytest.mark.parametrize("data, expected", [
@@ -29,7 +60,12 @@ def test_repository_contract_covers_every_class() -> None:
     ({"metrics": {"psnr": {"direction": "lower", "numerical": {}}}}, "metrics.psnr.direction = 'lower', but psnr is higher"),
     ({"metrics": {"rel_l2": {"numerical": {"min": 0.1}}}}, "metrics.rel_l2.numerical.min: rel_l2 is lower-is-better; bound it with max"),
     ({"metrics": {"ssim": {"numerical": {"abs": 0.1}}}}, "metrics.ssim.numerical.abs: ssim already compares*bound it with min"),
-    ({"metrics": {"clip_score": {"quantization": {"abs": 0.5}}}}, "metrics.clip_score.quantization.abs = 0.5: the quantization class allows no regression*"),
+    ({"metrics": {"clip_score": {"quantization": {"abs": 0.5}}}}, "metrics.clip_score.quantization.abs = 0.5: the quantization class allows no regression beyond the metric's measured seed noise*"),
+    ({"metrics": {"psnr": {"noise": 0.5, "numerical": {}}}}, "metrics.psnr.noise: psnr compares candidate with baseline; a seed noise applies to score metrics only"),
+    ({"metrics": {"class_accuracy": {"noise": -0.1, "numerical": {}}}}, "metrics.class_accuracy.noise must be a finite number >= 0*"),
+    ({"metrics": {"class_accuracy": {"cases": "shapes-*", "numerical": {}}}}, "metrics.class_accuracy.cases must be a list of case-name patterns*"),
+    ({"metrics": {"psnr@": {"numerical": {}}}}, "unknown metric 'metrics.psnr@'*<metric>@<label>*"),
+    ({"metrics": {"psnrr@shapes": {"numerical": {}}}}, "unknown metric 'metrics.psnrr@shapes'*"),
     ({"metrics": {"rel_l2": {"numerical": {"max": {"bf17": 0.1}}}}}, "metrics.rel_l2.numerical.max: unknown dtype key 'bf17'*"),
     ({"metrics": {"rel_l2": {"numerical": {"max": "small"}}}}, "metrics.rel_l2.numerical.max must be a number, got 'small'"),
     ({"metrics": {"psnr": {"kinds": ["latent"], "numerical": {}}}}, "metrics.psnr.kinds: psnr does not apply to 'latent'*"),
@@ -86,3 +122,20 @@ def test_contract_from_tool_ditgate_and_class_choices(pytester: pytest.Pytester)
     result = pytester.runpytest("--ditgate", "--ditgate-class=fast")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--ditgate-class: invalid choice: 'fast'*"])
+
+
+def test_judge_recorded_applies_the_contracts_checks_to_measured_values() -> None:
+    """A calibration replays its records through the same checks as a gate: a value under a limit fails,
+    one above passes, and a rule with nothing recorded is not judged."""
+    from pytest_ditgate.quality.contract import DEFAULT_CONTRACT_PATH
+    from pytest_ditgate.quality.evaluate import judge_recorded
+
+    contract = load_contract(DEFAULT_CONTRACT_PATH)
+
+    def only_psnr(value):
+        return lambda rule: ("images", value, None) if rule.metric == "psnr" else None
+
+    failed = judge_recorded(only_psnr(20.0), contract=contract, experiment_class="numerical", case="c", dtype="fp32")
+    assert not failed.passed and any("images.psnr" in f and "50" in f for f in failed.failures), failed.failures
+    passed = judge_recorded(only_psnr(55.0), contract=contract, experiment_class="numerical", case="c", dtype="fp32")
+    assert passed.passed and [c.metric for c in passed.checks] == ["images.psnr"]

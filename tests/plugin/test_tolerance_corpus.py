@@ -353,20 +353,53 @@ def test_tf32_math_passes_only_where_declared() -> None:
 
 # -- measured table (python tests/plugin/test_tolerance_corpus.py) -------------------------------------
 
+def derived_comparison(kernel: Callable[..., Any], reference: Callable[..., Any], inputs: tuple) -> Any:
+    """``kernel``'s one output against the float64 reference under the derived bound, made also where the
+    table's bound holds (``check_kernel`` derives it only where the table fails); the table reports these."""
+    from pytest_ditgate.correctness import compare, honest
+    from pytest_ditgate.correctness.tolerances import accumulation_roundoff, rel_norm_ceiling, tolerance_for
+
+    candidate = kernel(*(a.clone() for a in inputs))
+    ref = reference(*(a.double() for a in inputs))
+    with honest.candidate_precision(tf32=False, reduced_precision_reduction=False):
+        same = reference(*(a.clone() for a in inputs))
+    magnitude = reference(*(a.double().abs() for a in inputs))
+    tolerance = tolerance_for(candidate.dtype)
+    floating = sum(a.numel() for a in inputs if a.is_floating_point())
+    bound = honest.estimate(ref, same, magnitude, table=tolerance.rel_norm,
+                            roundoff=accumulation_roundoff(candidate.dtype, None),
+                            ceiling=rel_norm_ceiling(candidate.dtype, None),
+                            inputs_per_output=floating / ref.numel() if ref.numel() else None)
+    return compare.compare_output("out", candidate, ref, tolerance, bound)
+
+
+def test_the_tables_derived_bound_is_check_kernels() -> None:
+    """Where ``check_kernel`` derives a bound (its table fails), the table's producer derives the same one."""
+    op = next(op for op in OPS if op.name == "gemm K=131072")  # long sums: the derived bound exceeds the table's
+    make = op.make_inputs("float32")
+    with pytest.raises(GateFailure) as failure:
+        check_kernel(scaled(op.reference, 1.02), op.reference, make, trials=1, **HONEST_OPTIONS)
+    gate = failure.value.report.trials[0].outputs[0]
+    ours = derived_comparison(scaled(op.reference, 1.02), op.reference, make(0))
+    assert gate.honest.source != "table" and ours.honest.bound == pytest.approx(gate.honest.bound, rel=1e-12)
+    assert (ours.norm_ratio, ours.elementwise_ratio) == pytest.approx((gate.norm_ratio, gate.elementwise_ratio))
+
+
 def _measure(dtypes: tuple[str, ...] = DTYPES) -> None:  # pragma: no cover - prints docs/kernel_check.md's table
     """Worst honest variant per case (error / bound, elementwise and norm), and the old dtype-only rule's verdict."""
     from unittest import mock
 
-    from pytest_ditgate.correctness import checks, tolerances
+    from pytest_ditgate.correctness import tolerances
 
     old_table = {**tolerances.TOLERANCES, "float32": tolerances.Tolerance(1.3e-6, 1e-5, 1e-5)}
     print("| op | dtype | worst honest: norm err/bound, element err/allowance (variant; bound from) | "
           "old rule (dtype table only) rejects |")
     print("|---|---|---|---|")
     for op, dtype in cases(dtypes):
-        with mock.patch.object(checks, "ALWAYS_ESTIMATE", True):
-            reports = check_honest(op, dtype)
-        outs = [(o, name) for name, r in reports.items() for t in r.trials for o in t.outputs]
+        check_honest(op, dtype)
+        make = op.make_inputs(dtype)
+        outs = [(derived_comparison(kernel, op.reference, make(seed)), name)
+                for name, kernel in honest_variants(op).items() for seed in range(SEEDS)]
         norm, variant = max(((o.norm_ratio, name) for o, name in outs))
         element = max(o.elementwise_ratio for o, _ in outs)
         source = sorted({o.honest.source for o, _ in outs})

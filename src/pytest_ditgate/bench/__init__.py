@@ -11,6 +11,7 @@ _LAZY = {
     "Comparison": "pytest_ditgate.bench.comparison",
     "compare": "pytest_ditgate.bench.comparison",
     "Measurement": "pytest_ditgate.bench.measurement",
+    "PhaseProfile": "pytest_ditgate.bench.profiling",
     "measure": "pytest_ditgate.bench.runner",
     "measure_pair": "pytest_ditgate.bench.runner",
 }

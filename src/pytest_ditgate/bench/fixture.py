@@ -4,17 +4,33 @@ It never sees the pytest session: the plugin passes in the test id, the lane, a 
 (ledger + summary), a ``checks`` callback (the test's ``kernel_check`` outcomes) and an optional
 ``feed`` callback (pytest-benchmark). Correct before fast: it refuses to time anything in a test whose
 ``kernel_check`` failed.
+
+With ``profile=True`` (or ``--ditgate-profile``) each measured call, and both sides of a pair, is run once
+more under the profiler after its timing, through the ``profiler`` callback; the phase profiles are
+recorded with the measurement. The timed samples never include a traced run.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.bench.runner import measure, measure_pair
+from pytest_ditgate.bench.timers import Call
 from pytest_ditgate.errors import GateFailure
+
+
+def _knobs(function: Callable[..., Any]) -> frozenset[str]:
+    """The keyword options of ``measure``/``measure_pair`` (every other keyword goes to the timed function)."""
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return frozenset(name for name, p in inspect.signature(function).parameters.items() if p.kind in kinds)
+
+
+MEASURE_KNOBS = _knobs(measure)
+PAIR_KNOBS = _knobs(measure_pair) | {"min_speedup", "beat_best"}
 
 
 @dataclass
@@ -23,13 +39,19 @@ class DitBench:
 
     test: str
     lane: str
-    record_measurement: Callable[[Measurement], None]
-    record_comparison: Callable[[Comparison, float, bool], None]
+    #: (measurement, phase profiles as dicts) -> None
+    record_measurement: Callable[[Measurement, list[dict[str, Any]]], None]
+    #: (comparison, min_speedup, passed, phase profiles as dicts) -> None
+    record_comparison: Callable[[Comparison, float, bool, list[dict[str, Any]]], None]
     checks: Callable[[], list[tuple[str, bool, str | None]]]
     best: Callable[[Measurement], dict[str, Any] | None] = lambda m: None
     #: hands one result to pytest-benchmark (``--benchmark-json``): a Measurement, plus extra_info for a pair
     feed: Callable[..., None] | None = None
     defaults: dict[str, Any] = field(default_factory=dict)
+    #: profile every measured call (``--ditgate-profile``); ``profile=`` per call overrides it
+    profile: bool = False
+    #: (call, label, timed median ms) -> the phase profile of one traced run of the call, as a dict
+    profiler: Callable[[Call, str, float], dict[str, Any]] | None = None
     measurements: list[Measurement] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
     _fed: bool = False
@@ -57,15 +79,26 @@ class DitBench:
         merged.update(opts)
         return merged
 
+    def _profiles(self, wanted: bool, sides: list[tuple[Callable[..., Any], Measurement]], args: tuple[Any, ...],
+                  opts: dict[str, Any], knobs: frozenset[str]) -> list[dict[str, Any]]:
+        """The phase profile of each (function, its measurement) side, run on the measured arguments; the
+        timed median goes along, for idle against the untraced time."""
+        if not wanted or self.profiler is None:
+            return []
+        fn_kwargs = {k: v for k, v in opts.items() if k not in knobs}
+        return [self.profiler(Call(fn, args, fn_kwargs), m.name, m.median_ms) for fn, m in sides]
+
     def __call__(self, fn: Callable[..., Any], *args: Any, **opts: Any) -> Measurement:
-        """Measure ``fn(*args)`` (options as for :func:`pytest_ditgate.measure`) and record it."""
+        """Measure ``fn(*args)`` (options as for :func:`pytest_ditgate.measure`) and record it;
+        ``profile=True`` adds one traced run of the call and records its phase profile."""
         __tracebackhide__ = True
         self._refuse_unchecked()
         opts = self._options(opts)
+        profile = bool(opts.pop("profile", self.profile))
         opts.setdefault("label", self.test.rsplit("::", 1)[-1])
         m = measure(fn, *args, **opts)
         self.measurements.append(m)
-        self.record_measurement(m)
+        self.record_measurement(m, self._profiles(profile, [(fn, m)], args, opts, MEASURE_KNOBS))
         self._feed(m)
         return m
 
@@ -81,6 +114,7 @@ class DitBench:
         __tracebackhide__ = True
         self._refuse_unchecked()
         opts = self._options(opts)
+        profile = bool(opts.pop("profile", self.profile))
         c = measure_pair(candidate, reference, *args, **opts)
         self.comparisons.append(c)
         passed = c.faster_by_at_least(min_speedup)
@@ -94,7 +128,8 @@ class DitBench:
                 passed = False
                 problem = (f"candidate does not beat the recorded best ratio {float(best['ratio']):.4f} "
                            f"(recorded {best.get('comparison', {}).get('a', {}).get('time_utc', '?')}): {c.describe()}")
-        self.record_comparison(c, min_speedup, passed)
+        profiles = self._profiles(profile, [(candidate, c.a), (reference, c.b)], args, opts, PAIR_KNOBS)
+        self.record_comparison(c, min_speedup, passed, profiles)
         from pytest_ditgate.bench.pytest_benchmark_bridge import pair_info
 
         self._feed(c.a, pair_info(c, min_speedup, passed))

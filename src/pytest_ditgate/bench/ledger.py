@@ -41,18 +41,25 @@ class Ledger:
         append_jsonl(self.path, record)
         return record
 
-    def record_measurement(self, m: Measurement, *, test: str, lane: str) -> dict[str, Any]:
-        return self.append({"kind": "measurement", "schema": SCHEMA, "test": test, "lane": lane,
-                            "worker": _worker(), "arch": m.arch, "driver": m.driver, "torch": m.torch,
-                            "measurement": m.to_dict()})
+    def record_measurement(self, m: Measurement, *, test: str, lane: str,
+                           profiles: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """One measurement line; ``profiles``: its phase profiles (``PhaseProfile.to_dict()``), if taken."""
+        record = {"kind": "measurement", "schema": SCHEMA, "test": test, "lane": lane, "worker": _worker(),
+                  "arch": m.arch, "driver": m.driver, "torch": m.torch, "measurement": m.to_dict()}
+        if profiles:
+            record["profiles"] = list(profiles)
+        return self.append(record)
 
     def record_comparison(self, c: Comparison, *, test: str, lane: str, min_speedup: float | None = None,
-                          passed: bool | None = None) -> dict[str, Any]:
-        return self.append({"kind": "comparison", "schema": SCHEMA, "test": test, "lane": lane,
-                            "worker": _worker(), "arch": c.a.arch, "driver": c.a.driver, "torch": c.a.torch,
-                            "mechanism": c.a.mechanism, "ratio": c.ratio, "ci_low": c.ci_low,
-                            "ci_high": c.ci_high, "confidence": c.confidence, "method": c.method,
-                            "min_speedup": min_speedup, "passed": passed, "comparison": c.to_dict()})
+                          passed: bool | None = None, profiles: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """One comparison line; ``profiles``: the phase profiles of candidate and reference, if taken."""
+        record = {"kind": "comparison", "schema": SCHEMA, "test": test, "lane": lane, "worker": _worker(),
+                  "arch": c.a.arch, "driver": c.a.driver, "torch": c.a.torch, "mechanism": c.a.mechanism,
+                  "ratio": c.ratio, "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence,
+                  "method": c.method, "min_speedup": min_speedup, "passed": passed, "comparison": c.to_dict()}
+        if profiles:
+            record["profiles"] = list(profiles)
+        return self.append(record)
 
     def read(self) -> tuple[list[dict[str, Any]], list[int]]:
         """All records and the line numbers that did not parse."""

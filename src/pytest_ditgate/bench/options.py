@@ -12,4 +12,7 @@ BUDGET = OptionSpec("--ditgate-bench-budget-ms", "sampling time per ditbench mea
                     parse=positive_float)
 L2 = OptionSpec("--ditgate-bench-l2", "L2 state for ditbench measurements: warm or cold (default warm)",
                 default="warm", choices=L2_MODES)
-OPTIONS = (MECHANISM, BUDGET, L2)
+PROFILE = OptionSpec("--ditgate-profile", "after each ditbench measurement, trace the call once more and record "
+                     "its phase profile (GEMM, attention, norm/elementwise, copies, idle gaps), top kernels and a "
+                     "Chrome/Perfetto trace under <ditgate-dir>/profiles/", kind="bool")
+OPTIONS = (MECHANISM, BUDGET, L2, PROFILE)

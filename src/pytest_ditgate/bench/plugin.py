@@ -12,7 +12,8 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_ditgate.bench.ledger import LEDGER_FILE
-from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM
+from pytest_ditgate.bench.profiling import PROFILE_DIR
+from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM, PROFILE
 from pytest_ditgate.context import get_context
 from pytest_ditgate.keys import kernel_checks_key
 from pytest_ditgate.options import get_option
@@ -78,7 +79,7 @@ def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
     ``ditbench.pair(candidate, reference, *args, min_speedup=0.05)`` gates a speed claim."""
     from pytest_ditgate.bench.fixture import DitBench
     from pytest_ditgate.bench.ledger import Ledger
-    from pytest_ditgate.bench.report import comparison_row, measurement_row
+    from pytest_ditgate.bench.report import comparison_row, measurement_row, profile_row
 
     config = request.config
     context = get_context(config)
@@ -88,21 +89,30 @@ def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
     test = node.nodeid
     rows = node.stash.setdefault(rows_key, [])
 
-    def record_measurement(m: Any) -> None:
+    def record_measurement(m: Any, profiles: list[dict[str, Any]]) -> None:
         rows.append(measurement_row(test, m))
+        rows.extend(profile_row(test, p) for p in profiles)
         try:
-            ledger.record_measurement(m, test=test, lane=lane)
+            ledger.record_measurement(m, test=test, lane=lane, profiles=profiles)
         except OSError as exc:
             _warn_io(node, LEDGER_FILE, exc)
 
-    def record_comparison(c: Any, min_speedup: float, passed: bool) -> None:
+    def record_comparison(c: Any, min_speedup: float, passed: bool, profiles: list[dict[str, Any]]) -> None:
         row = comparison_row(test, c, min_speedup, passed)
         rows.append(row)
+        rows.extend(profile_row(test, p) for p in profiles)
         node.user_properties.append((COMPARISON_PROPERTY, row))
         try:
-            ledger.record_comparison(c, test=test, lane=lane, min_speedup=min_speedup, passed=passed)
+            ledger.record_comparison(c, test=test, lane=lane, min_speedup=min_speedup, passed=passed,
+                                     profiles=profiles)
         except OSError as exc:
             _warn_io(node, LEDGER_FILE, exc)
+
+    def profiler(call: Any, label: str, timed_ms: float) -> dict[str, Any]:
+        from pytest_ditgate.bench.tracing import profile_call
+
+        return profile_call(call, label=label, artefact_dir=context.artefact_dir, test=test,
+                            timed_ms=timed_ms).to_dict()
 
     def best(m: Any) -> dict[str, Any] | None:
         return ledger.best(test=test, arch=m.arch, lane=lane, driver=m.driver, torch=m.torch)
@@ -120,6 +130,8 @@ def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
         best=best,
         feed=_benchmark_feeder(request),
         defaults=defaults,
+        profile=bool(get_option(config, PROFILE)),
+        profiler=profiler,
     )
 
 
@@ -155,8 +167,11 @@ class BenchReporter:
         terminalreporter.write_sep("=", "ditgate benchmarks")
         for line in lines:
             terminalreporter.write_line(line)
-        ledger = get_context(self.config).artefact_dir / LEDGER_FILE
-        terminalreporter.write_line(f"ledger: {ledger}")
+        artefacts = get_context(self.config).artefact_dir
+        terminalreporter.write_line(f"ledger: {artefacts / LEDGER_FILE}")
+        if any(r.get("kind") == "profile" for r in self.rows):
+            terminalreporter.write_line(f"phase profiles: Chrome/Perfetto traces under {artefacts / PROFILE_DIR}/ "
+                                        "(open in https://ui.perfetto.dev or chrome://tracing)")
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_benchmark_update_machine_info(self, config: pytest.Config, machine_info: dict[str, Any]) -> None:

@@ -139,29 +139,40 @@ def chunk_spans(spans: Sequence[tuple[int, int]], calls: int) -> list[list[tuple
     return [list(spans[i * size:(i + 1) * size]) for i in range(calls)]
 
 
-def profiled(run: Callable[[], None], *, host: bool = False) -> list[Any]:
+def profiled(run: Callable[[], None], *, host: bool = False, device: bool = True, flops: bool = False,
+             export: Any = None) -> list[Any]:
     """The profiler events of ``run()`` (device activity, plus host ranges with ``host``), every stream
-    synchronised before the trace closes; TimingError when the profiler cannot trace here."""
+    synchronised before the trace closes; TimingError when the profiler cannot trace here.
+
+    ``device=False`` traces host ops only (no CUDA); ``flops`` asks torch for its FLOP counts (and so the
+    input shapes); ``export`` is a path the Chrome/Perfetto trace is written to (OSError if it cannot be).
+    """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU, ProfilerActivity.CUDA] if host else [ProfilerActivity.CUDA]
+    activities = [ProfilerActivity.CPU] if host or not device else []
+    if device:
+        activities.append(ProfilerActivity.CUDA)
+    options = {"with_flops": True, "record_shapes": True} if flops else {}
     raised: list[Exception] = []
     try:
         with warnings.catch_warnings():  # torch warns on entering the profiler that it clears old events
             warnings.filterwarnings("ignore", message=".*Profiler clears events")
-            with profile(activities=activities) as prof:
+            with profile(activities=activities, **options) as prof:
                 try:
                     run()
                 except Exception as exc:  # the timed code's own error, not the profiler's: raised below
                     raised.append(exc)
                 else:
-                    torch.cuda.synchronize()
+                    if device:
+                        torch.cuda.synchronize()
             events = None if raised else prof.profiler.kineto_results.events()
     except Exception as exc:  # profiler busy (another profile running), CUPTI missing, ...
         raise TimingError(f"profiler unavailable: {type(exc).__name__}: {exc}") from exc
     if raised:
         raise raised[0]
+    if export is not None:
+        prof.export_chrome_trace(str(export))
     return events
 
 

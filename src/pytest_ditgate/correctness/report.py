@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pytest_ditgate.correctness import tolerances
-from pytest_ditgate.correctness.tolerances import HONEST_RULE, HonestRule, Tolerance
+from pytest_ditgate.correctness.tolerances import HonestRule, Tolerance
 
 #: stable reason codes, in the order the checks run within a trial
 REASONS = ("timer_tampered", "crash", "input_mutated", "shape", "dtype", "stale_output", "nonfinite",
@@ -51,12 +51,12 @@ class HonestBound:
     length: float | None = None
     bound: float = 0.0
     source: str = "table"
-    rule: HonestRule = HONEST_RULE
+    rule: HonestRule = field(default_factory=lambda: tolerances.HONEST_RULE)  # read when made, as estimate() does
     notes: tuple[str, ...] = ()
 
     @classmethod
     def table_only(cls, table: float, *notes: str) -> "HonestBound":
-        return cls(table=table, bound=table, rule=tolerances.HONEST_RULE, notes=tuple(notes))
+        return cls(table=table, bound=table, notes=tuple(notes))
 
     def __str__(self) -> str:
         parts = [f"table {self.table:.1e}"]

@@ -29,12 +29,24 @@ CLASS = "class.json"
 LANE_BEST = "lane_best.json"
 
 
+def quality_record(inputs: Any) -> dict[str, Any]:
+    """The plain-data part of ``quality_inputs`` the judge uses: tensor kinds and image labels."""
+    inputs = dict(inputs or {})
+    out: dict[str, Any] = {}
+    if inputs.get("kinds"):
+        out["kinds"] = {str(k): str(v) for k, v in dict(inputs["kinds"]).items()}
+    if inputs.get("labels") is not None:
+        out["labels"] = [int(label) for label in inputs["labels"]]
+    return out
+
+
 class ChildRecorder:
     def __init__(self, out: Path) -> None:
         self.out = out
         self.count = 0
         self.evidence: Any = None
         self.observer: Any = None
+        self.full_scan = True
         self.modules = 0
         self.declared: list[str] = []
         self.config: dict[str, Any] = {}
@@ -50,7 +62,8 @@ class ChildRecorder:
         original = session.check
 
         def check(name: str, tensors: Any, key: str, **kwargs: Any) -> Any:
-            self.save_output(name, key, kwargs.get("nodeid", ""), tensors, kwargs.get("optional", ()))
+            self.save_output(name, key, kwargs.get("nodeid", ""), tensors, kwargs.get("optional", ()),
+                             kwargs.get("quality_inputs"))
             if self.observer is None:
                 return original(name, tensors, key, **kwargs)
             from torch.utils._python_dispatch import _disable_current_modes
@@ -60,7 +73,8 @@ class ChildRecorder:
 
         session.check = check  # this process's own session object only
 
-    def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = ()) -> None:
+    def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = (),
+                    quality_inputs: Any = None) -> None:
         from safetensors.torch import save_file
 
         self.count += 1
@@ -70,6 +84,7 @@ class ChildRecorder:
         save_file(plain, str(self.out / file))
         _append(self.out / OUTPUTS, {"name": name, "key": key, "test": nodeid, "file": file,
                                      "optional": [str(p) for p in optional],
+                                     "quality": quality_record(quality_inputs),
                                      "tensors": {k: [str(v.dtype), list(v.shape)] for k, v in plain.items()}})
 
     # -- hooks --------------------------------------------------------------------------------------
@@ -78,6 +93,8 @@ class ChildRecorder:
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
+        items = getattr(item.session, "items", None) or [item]
+        self.full_scan = self.evidence is None or item is items[-1]  # the first and the last test: every module
         bench = getattr(item, "funcargs", {}).get("ditbench")
         if bench is not None:
             _observe_first_call(bench, self)  # nothing observed while timing: observation costs time
@@ -92,11 +109,12 @@ class ChildRecorder:
         try:
             import torch  # noqa: F401
 
-            from pytest_ditgate.experiment.observe import Evidence, make_observer
+            from pytest_ditgate.experiment.observe import Evidence, make_observer, watch_modules
         except ImportError:
             return None
         if self.evidence is None:
             self.evidence = Evidence()
+            watch_modules(self.evidence)
         self.observer = make_observer(self.evidence)
         self.observer.__enter__()
         return self.observer
@@ -107,7 +125,8 @@ class ChildRecorder:
             self.observer = None
             from pytest_ditgate.experiment.observe import scan_modules
 
-            self.modules = max(self.modules, scan_modules(self.evidence))
+            self.modules = max(self.modules, scan_modules(self.evidence, full=self.full_scan))
+            self.full_scan = False
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         props = dict(report.user_properties) if report.when == "call" else {}
@@ -131,8 +150,13 @@ class ChildRecorder:
 
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
         evidence = self.evidence
+        if evidence is not None:  # what module-level caches still hold, every way it was built
+            from pytest_ditgate.experiment.observe import scan_modules
+
+            self.modules = max(self.modules, scan_modules(evidence, full=True))
         data = {"observed": evidence is not None, "modules": self.modules,
                 "gemms": evidence.gemms if evidence else 0, "ops": evidence.ops if evidence else 0,
+                "scan_s": round(evidence.scan_s, 3) if evidence else 0.0,
                 "evidence": list(evidence.items) if evidence else [], "declared": self.declared,
                 "candidate_config": self.config, "exitstatus": int(session.exitstatus),
                 "collected": session.testscollected}

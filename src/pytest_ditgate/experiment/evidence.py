@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditgate.fsutil import read_jsonl
+from pytest_ditgate.golden.keys import device_of
 from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 from pytest_ditgate.verdict.outcome import Category, GateOutcome
 
@@ -128,18 +129,19 @@ def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], expe
     """Compare every output with its golden here; quality records for the verdict."""
     from safetensors.torch import load_file
 
-    from pytest_ditgate.errors import GateFailure
+    from pytest_ditgate.errors import DitgateUsageError, GateFailure
     from pytest_ditgate.golden.session import GoldenSession
     from pytest_ditgate.golden.store import GoldenStore
 
     session = GoldenSession(GoldenStore(root / "golden"), mode="check")
+    models = _project_models(root)  # one classifier for every output
     quality = []
     seen = set()
     for record in evidence.outputs:
         name, key = str(record.get("name")), str(record.get("key"))
         label = f"{name}@{key}"
         seen.add(label)
-        if key.split(".", 1)[0] not in ("cpu", arch):  # a machine key (issue 13) names its device first
+        if _device_or_none(key) not in ("cpu", arch):
             problems.append((Category.INTEGRITY, f"output {label}: device key {key!r} is neither cpu nor this device"))
             continue
         try:
@@ -168,7 +170,12 @@ def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], expe
             problems.append((Category.QUALITY, f"output {label}: no tensor in common with the golden"))
             continue
         hit = replace(hit, tensors={k: t for k, t in hit.tensors.items() if k in shared})
-        passed, lines, metrics = _compare(shared, hit, experiment_class, contract, name)
+        try:
+            passed, lines, metrics = _compare(shared, hit, experiment_class, contract, name,
+                                              _quality_inputs(record, shared, models))
+        except DitgateUsageError as exc:  # a golden or setup the contract cannot read (a candidate's bad tensors
+            problems.append((Category.CRASH, f"output {label}: cannot be judged: {exc}"))  # are quality failures)
+            continue
         quality.append({"case": name, "key": key, "test": record.get("test"), "passed": passed, "metrics": metrics})
         if not passed:
             problems.append((Category.QUALITY, f"output {label} fails its golden under class {experiment_class}: "
@@ -185,11 +192,38 @@ def _device_label(label: str) -> str:
     ``exact`` claim) and one checked under the device's key (``cpu``) stand for the same required output,
     since a suite checks the one its class needs (the baseline run freezes both)."""
     name, _, key = label.rpartition("@")
-    return f"{name}@{key.split('.', 1)[0]}"
+    device = _device_or_none(key)
+    return label if device is None else f"{name}@{device}"
+
+
+def _device_or_none(key: str) -> str | None:
+    """The device a (machine) key names, or None for text that is no key (the child wrote it)."""
+    try:
+        return device_of(key)
+    except ValueError:
+        return None
+
+
+def _project_models(root: Path) -> Any:
+    """The learned-metric models of the project (its ``[tool.ditgate] classifier``), loaded on first use."""
+    from pytest_ditgate.project_config import load_project_config
+    from pytest_ditgate.quality.perceptual import PerceptualModels, WeightsConfig
+
+    classifier = load_project_config(root).get("classifier")
+    return PerceptualModels(WeightsConfig(classifier=classifier if isinstance(classifier, str) else None,
+                                          root=str(root)))
+
+
+def _quality_inputs(record: dict[str, Any], shared: dict[str, Any], models: Any) -> dict[str, Any]:
+    """``kinds`` and ``labels`` the child recorded for an output (only for tensors judged): the judge sees
+    what ``quality_gate.check`` saw in the child."""
+    recorded = record.get("quality") if isinstance(record.get("quality"), dict) else {}
+    kinds = {k: v for k, v in dict(recorded.get("kinds") or {}).items() if k in shared}
+    return {"kinds": kinds or None, "labels": recorded.get("labels"), "models": models}
 
 
 def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contract: Path | None,
-             case: str) -> tuple[bool, list[str], dict[str, Any]]:
+             case: str, inputs: dict[str, Any] | None = None) -> tuple[bool, list[str], dict[str, Any]]:
     if contract is None:
         from pytest_ditgate.golden.comparator import TensorComparator
 
@@ -198,7 +232,7 @@ def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contrac
     from pytest_ditgate.quality.evaluate import evaluate_quality
 
     result = evaluate_quality(candidate, hit.tensors, contract=contract, experiment_class=experiment_class, case=case,
-                              tolerance_scale=hit.tolerance_scale)
+                              tolerance_scale=hit.tolerance_scale, **(inputs or {}))
     return bool(result.passed), list(result.failures) or [result.summary()], dict(result.metrics)
 
 

@@ -5,10 +5,15 @@ Two views, both recorded to the output folder and judged by the judge:
 * :class:`DispatchObserver`, a ``TorchDispatchMode`` active while a test runs (paused while ``ditbench``
   times): every op touching an fp8/fp4/int4 tensor, every GEMM/conv with an integer operand, and GEMM/conv
   weights whose values sit on a low-bit grid (int8 values stored in fp32, dequantized on the fly). It
-  lets ``torch.compile`` run as compiled (``ignore_compile_internals``) and does nothing while a CUDA
-  graph is being captured.
+  lets ``torch.compile`` run as compiled (``ignore_compile_internals``) and reads no values while a CUDA
+  graph is being captured. A weight's values are sampled on the device when it is first seen and read
+  after the test's call, all at once: the candidate's calls never wait on a device-to-host copy.
 * :func:`scan_modules`, after each test: every ``nn.Module`` alive in the process (the VAE too, modules
-  quantized on their first call too), its parameters, buffers and tensor attributes.
+  quantized on their first call too), its parameters, buffers and tensor attributes. A tensor judged
+  before is judged again only when it was written (its version counter) or re-pointed since, so the
+  repeated scans of a session's cached models cost no device reads. The first scan, the last test's and
+  the session's end find the modules through the garbage collector; the others take the modules found
+  so far plus those torch's registration hooks saw built since (:func:`watch_modules`).
 
 A uint8/bool mask (values 0/1) or an integer index buffer is not quantization.
 """
@@ -16,6 +21,8 @@ A uint8/bool mask (values 0/1) or an integer index buffer is not quantization.
 from __future__ import annotations
 
 import gc
+import weakref
+from itertools import compress
 from typing import Any
 
 FLOAT_LOW_BIT = ("float8", "float4")
@@ -41,8 +48,9 @@ def low_bit_int(name: str) -> bool:
     return name.startswith(INT_LOW_BIT)
 
 
-def on_low_bit_grid(tensor: Any) -> str | None:
-    """Why the values of a float tensor look quantized (sampled chunks of 32 contiguous values), or None."""
+def grid_sample(tensor: Any) -> Any:
+    """Four chunks of 32 contiguous values of a float tensor, as a float64 ``(4, 32)`` tensor on its device
+    (queued, not read: many are read back together), or None when its values are not judged."""
     import torch
 
     if tensor.numel() < MIN_GRID_ELEMENTS or not tensor.is_floating_point() or low_bit_float(_dtype(tensor)):
@@ -53,15 +61,37 @@ def on_low_bit_grid(tensor: Any) -> str | None:
     flat = flat.reshape(-1)
     n = flat.numel()
     starts = [0, n // 3, (2 * n) // 3, n - CHUNK]
-    chunks = torch.stack([flat[s:s + CHUNK] for s in starts]).to("cpu", torch.float64)
-    verdicts = [_chunk_grid(row) for row in chunks]
-    if all(verdicts) and len(set(verdicts)) >= 1:
-        return verdicts[0]
-    return None
+    return torch.stack([flat[s:s + CHUNK] for s in starts]).to(torch.float64)
+
+
+def grid_verdict(rows: Any) -> str | None:
+    """Why four sampled chunks (lists of floats) look quantized: every chunk must say so."""
+    verdicts = [_chunk_grid(row) for row in rows]
+    return verdicts[0] if verdicts and all(verdicts) else None
+
+
+def on_low_bit_grid(tensor: Any) -> str | None:
+    """Why the values of a float tensor look quantized (sampled chunks of 32 contiguous values), or None."""
+    sample = grid_sample(tensor)
+    return None if sample is None else grid_verdict(sample.to("cpu").tolist())
+
+
+def read_samples(pending: list[tuple[str, Any]]) -> list[tuple[str, str | None]]:
+    """(label, verdict) for every (label, grid sample): one device-to-host copy per device, not per tensor."""
+    import torch
+
+    by_device: dict[Any, list[tuple[str, Any]]] = {}
+    for label, sample in pending:
+        by_device.setdefault(sample.device, []).append((label, sample))
+    out = []
+    for items in by_device.values():
+        rows = torch.cat([sample for _, sample in items]).to("cpu").tolist()
+        out += [(label, grid_verdict(rows[4 * i:4 * i + 4])) for i, (label, _) in enumerate(items)]
+    return out
 
 
 def _chunk_grid(row: Any) -> str | None:
-    values = sorted(set(row.tolist()))
+    values = sorted(set(row))
     if len(values) < 3:
         return None  # constants, zeros, one-hot: not evidence
     if len(values) <= CHUNK // 2:
@@ -81,59 +111,127 @@ class _Evidence:
         self.items: list[str] = []
         self.gemms = 0
         self.ops = 0
+        #: id(tensor) -> (weak reference, data_ptr, version, shape, dtype) of every tensor already judged by
+        #: value: a later scan re-judges only tensors that are new or were written since (cheap repeat scans)
+        self.judged: dict[int, tuple[Any, ...]] = {}
+        #: (what to say if quantized, grid sample) queued by the dispatch observer, read by ``settle``
+        self.pending: list[tuple[str, Any]] = []
+        #: seconds spent scanning modules and reading queued samples (the dispatch mode's per-op work aside)
+        self.scan_s = 0.0
+        #: every module a scan found or a registration hook saw since (``watch_modules``), weakly held
+        self.known: Any = weakref.WeakSet()
+        self.watching: list[Any] = []
 
     def add(self, text: str) -> None:
         if text not in self.items and len(self.items) < 50:
             self.items.append(text)
 
+    def settle(self) -> None:
+        """Judge the queued GEMM weight samples (outside the candidate's calls: no sync inside them)."""
+        pending, self.pending = self.pending, []
+        if pending:
+            for label, why in read_samples(pending):
+                if why:
+                    self.add(f"{label}: {why}")
+
+    def unchanged(self, tensor: Any) -> bool:
+        """Whether ``tensor`` was judged before and has not been written or re-pointed since."""
+        seen = self.judged.get(id(tensor))
+        return seen is not None and seen[0]() is tensor and seen[1:] == _identity(tensor)
+
+    def remember(self, tensor: Any) -> None:
+        try:
+            self.judged[id(tensor)] = (weakref.ref(tensor), *_identity(tensor))
+        except TypeError:  # a tensor subclass without weak references: judged again next time
+            pass
+
+
+def _identity(tensor: Any) -> tuple[Any, ...]:
+    """What changes when a tensor's values may have: storage address, in-place version, shape, dtype."""
+    try:
+        version = tensor._version
+    except RuntimeError:  # an inference tensor has no version counter: never treated as unchanged
+        version = object()
+    try:
+        pointer = tensor.data_ptr()
+    except RuntimeError:  # a tensor without storage (a subclass wrapper): judged by its type only
+        pointer = None
+    return pointer, version, tuple(tensor.shape), tensor.dtype
+
 
 def make_observer(evidence: _Evidence) -> Any:
-    """A dispatch mode feeding ``evidence`` (built lazily: importing this module imports no torch mode)."""
+    """A dispatch mode feeding ``evidence`` (built lazily: importing this module imports no torch mode).
+
+    The per-op work is kept small (a sampling loop outside a CUDA graph dispatches tens of thousands of
+    ops): dtypes are compared as objects, an op's name and kind are looked up once per op overload, and
+    the capture check runs only before the one step that reads values."""
     import torch
     from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils._pytree import tree_leaves
 
+    low_float = frozenset(getattr(torch, n) for n in dir(torch) if n.startswith(FLOAT_LOW_BIT)
+                          and isinstance(getattr(torch, n), torch.dtype))
+    Tensor = torch.Tensor
+    kinds: dict[Any, tuple[str, bool]] = {}
     seen_weights: set[tuple] = set()
+
+    def kind(func: Any) -> tuple[str, bool]:
+        known = kinds.get(func)
+        if known is None:
+            name = func._schema.name.split("::")[-1]
+            known = kinds[func] = (name, name in GEMM_OPS)
+        return known
+
+    def tensors_in(value: Any, into: list[Any]) -> None:
+        if isinstance(value, Tensor):
+            into.append(value)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                tensors_in(item, into)
+        elif isinstance(value, dict):
+            for item in value.values():
+                tensors_in(item, into)
+
+    def see(func: Any, args: Any, kwargs: Any, out: Any) -> None:
+        evidence.ops += 1
+        name, gemm = kind(func)
+        operands: list[Any] = []
+        tensors_in(args, operands)
+        if kwargs:
+            tensors_in(kwargs, operands)
+        results: list[Any] = []
+        tensors_in(out, results)
+        for t in operands + results:
+            if t.dtype in low_float:
+                evidence.add(f"op {name} on a {_dtype(t)} tensor")
+        if not gemm:
+            return
+        evidence.gemms += 1
+        for t in operands:
+            if not t.is_floating_point() and t.dtype is not torch.bool:
+                evidence.add(f"{name} with a {_dtype(t)} operand")
+        weight = operands[2] if name in ("addmm", "baddbmm") and len(operands) > 2 else (
+            operands[1] if len(operands) > 1 else None)
+        if weight is None or not weight.is_floating_point():
+            return
+        key = (weight.data_ptr(), tuple(weight.shape), weight.dtype)
+        if key in seen_weights:
+            return
+        if weight.is_cuda and torch.cuda.is_current_stream_capturing():
+            return  # sampling values here would add to the graph; the replayed graph's weights are scanned
+        seen_weights.add(key)
+        sample = grid_sample(weight)  # queued on the stream; read after the call (``Evidence.settle``)
+        if sample is not None:
+            evidence.pending.append((f"{name} weight {tuple(weight.shape)} {_dtype(weight)}", sample))
 
     class DispatchObserver(TorchDispatchMode):
         @classmethod
         def ignore_compile_internals(cls) -> bool:  # torch.compile runs as compiled under observation
             return True
 
-
-        @staticmethod
-        def _see(func: Any, args: Any, kwargs: Any, out: Any) -> None:
-            if torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing():
-                return
-            evidence.ops += 1
-            name = func._schema.name.split("::")[-1]
-            tensors = [t for t in tree_leaves((args, kwargs, out)) if isinstance(t, torch.Tensor)]
-            for t in tensors:
-                if low_bit_float(_dtype(t)):
-                    evidence.add(f"op {name} on a {_dtype(t)} tensor")
-            if name not in GEMM_OPS:
-                return
-            evidence.gemms += 1
-            operands = [t for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor)]
-            for t in operands:
-                if not t.is_floating_point() and _dtype(t) != "bool":
-                    evidence.add(f"{name} with a {_dtype(t)} operand")
-            weight = operands[2] if name in ("addmm", "baddbmm") and len(operands) > 2 else (
-                operands[1] if len(operands) > 1 else None)
-            if weight is None or not weight.is_floating_point():
-                return
-            key = (weight.data_ptr(), tuple(weight.shape), _dtype(weight))
-            if key in seen_weights:
-                return
-            seen_weights.add(key)
-            why = on_low_bit_grid(weight)
-            if why:
-                evidence.add(f"{name} weight {tuple(weight.shape)} {_dtype(weight)}: {why}")
-
     def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         out = func(*args, **(kwargs or {}))
         try:
-            self._see(func, args, kwargs or {}, out)
+            see(func, args, kwargs, out)
         except Exception:  # observation must never change what the candidate computes
             pass
         return out
@@ -144,19 +242,64 @@ def make_observer(evidence: _Evidence) -> Any:
     return DispatchObserver()
 
 
-def scan_modules(evidence: _Evidence) -> int:
-    """Inspect every live ``nn.Module``; returns how many were scanned."""
-    import warnings
+def _module_types(torch: Any) -> frozenset[type]:
+    """``nn.Module`` and every subclass alive now (matched by exact type: no ``isinstance`` on arbitrary
+    objects, whose ``__class__`` may be a property with side effects)."""
+    found: set[type] = set()
+    stack = [torch.nn.Module]
+    while stack:
+        cls = stack.pop()
+        if cls in found:
+            continue
+        found.add(cls)
+        try:
+            stack.extend(type.__subclasses__(cls))
+        except TypeError:
+            pass
+    return frozenset(found)
+
+
+def watch_modules(evidence: _Evidence) -> None:
+    """Keep ``evidence.known`` up to date between full scans: torch's global registration hooks see every
+    module that registers a parameter, buffer or submodule (construction, ``from_pretrained``, a module
+    swapped in by a quantizer). What they cannot see (a deep copy, an object built around ``__init__``) the
+    full scans find: the first, the last test's and the session's end."""
+    from torch.nn.modules import module as nn_module
+
+    if evidence.watching:
+        return
+    known = evidence.known
+
+    def registered(module: Any, name: str, value: Any) -> None:
+        known.add(module)
+        if isinstance(value, nn_module.Module):
+            known.add(value)
+
+    evidence.watching = [nn_module.register_module_parameter_registration_hook(registered),
+                         nn_module.register_module_buffer_registration_hook(registered),
+                         nn_module.register_module_module_registration_hook(registered)]
+
+
+def scan_modules(evidence: _Evidence, *, full: bool = True) -> int:
+    """Inspect live ``nn.Module`` objects; returns how many were scanned. ``full`` finds every one through
+    the garbage collector (about 0.1 s per 400k objects); otherwise the ones ``watch_modules`` knows.
+    Tensors judged before and not written since are not read again."""
+    import time
 
     import torch
 
+    started = time.perf_counter()
+    if full or not evidence.watching:
+        types = _module_types(torch)
+        every = gc.get_objects()
+        objects = list(compress(every, map(types.__contains__, map(type, every))))  # a C loop over every object
+        del every
+        for obj in objects:
+            evidence.known.add(obj)
+    else:
+        objects = list(evidence.known)
     count = 0
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        objects = [obj for obj in gc.get_objects() if isinstance(obj, torch.nn.Module)]
     for obj in objects:
-        if not isinstance(obj, torch.nn.Module):
-            continue
         count += 1
         cls = type(obj)
         qualified = f"{cls.__module__}.{cls.__qualname__}"
@@ -166,7 +309,12 @@ def scan_modules(evidence: _Evidence) -> int:
         named = list(obj.named_parameters(recurse=False)) + list(obj.named_buffers(recurse=False))
         named += [(k, v) for k, v in vars(obj).items() if isinstance(v, torch.Tensor) and not k.startswith("_")]
         for key, tensor in named:
+            if tensor is None or evidence.unchanged(tensor):
+                continue
             _judge_tensor(evidence, f"{cls.__qualname__}.{key}", tensor)
+            evidence.remember(tensor)
+    evidence.settle()
+    evidence.scan_s += time.perf_counter() - started
     return count
 
 
@@ -190,9 +338,9 @@ def _judge_tensor(evidence: _Evidence, where: str, tensor: Any) -> None:
         if int(sample.abs().max()) >= 1 << 20:  # packed nibbles fill the range; indices do not
             evidence.add(f"{where} looks like packed low-bit weights (int32, shape {tuple(tensor.shape)})")
     elif tensor.is_floating_point() and tensor.numel() >= 4 * CHUNK:
-        why = on_low_bit_grid(tensor)
-        if why:
-            evidence.add(f"{where} ({dtype}, shape {tuple(tensor.shape)}): {why}")
+        sample = grid_sample(tensor)
+        if sample is not None:
+            evidence.pending.append((f"{where} ({dtype}, shape {tuple(tensor.shape)})", sample))
 
 
 def torch_int64() -> Any:

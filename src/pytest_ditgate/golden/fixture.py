@@ -32,8 +32,9 @@ def device_key(device: Any = None, tensors: Mapping[str, Any] | None = None) -> 
     device = torch.device(device)
     if device.type != "cuda":
         return CPU_KEY
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm_{major}{minor}"
+    from pytest_ditgate.device import arch_label
+
+    return arch_label(torch.cuda.get_device_capability(device))
 
 
 def machine_fingerprint(device: Any = "cpu") -> str:
@@ -95,7 +96,8 @@ class Golden:
 
     def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], *, device: Any = None,
               compare: Callable[[Mapping[str, Any], "GoldenHit"], Any] | None = None,
-              metadata: Mapping[str, Any] | None = None, optional: Iterable[str] = ()) -> "GoldenResult":
+              metadata: Mapping[str, Any] | None = None, optional: Iterable[str] = (),
+              quality_inputs: Mapping[str, Any] | None = None) -> "GoldenResult":
         """Compare ``tensors`` with golden ``name``; raises ``GateFailure`` on a mismatch or missing golden.
 
         ``compare(candidate, hit)`` replaces the default :class:`TensorComparator`; under
@@ -103,10 +105,12 @@ class Golden:
         ``optional``: glob patterns of golden tensors that are diagnostics (``"block*"``): a candidate that
         cannot produce them is judged on the others, and the result and summary name what was not compared.
         Every other golden tensor is required. ``device`` may also be a machine key (:meth:`machine_key`).
+        ``quality_inputs``: what ``compare`` judges the tensors with beyond them (``kinds``, ``labels`` of
+        ``quality_gate.check``), recorded for ``ditgate experiment``'s judge, which re-judges out of process.
         """
         __tracebackhide__ = True
         key = device_key(device, tensors)
         if is_machine_key(key) and key in self.fingerprints:
             metadata = {"machine": self.fingerprints[key], **dict(metadata or {})}
         return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata,
-                                  optional=tuple(optional))
+                                  optional=tuple(optional), quality_inputs=quality_inputs)

@@ -54,6 +54,11 @@ def is_machine_key(key: str) -> bool:
     return "." in validate_key(key)
 
 
+def device_of(key: str) -> str:
+    """The device key a key names first: ``cpu`` for ``cpu`` and ``cpu.1a2b3c4d``; ``ValueError`` if not a key."""
+    return validate_key(key).split(".", 1)[0]
+
+
 def machine_key(device_key: str, fingerprint: str) -> str:
     """The machine key for ``device_key`` on the machine described by ``fingerprint`` (any text)."""
     import hashlib

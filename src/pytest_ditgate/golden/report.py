@@ -40,6 +40,11 @@ def find_orphans(manifest: Manifest, usage: RunUsage, rootdir: Path) -> list[str
     return orphans
 
 
+def shown_names(names: tuple[str, ...]) -> str:
+    """The optional golden tensors a candidate did not produce, as one line's tail: the first four and a count."""
+    return ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
+
+
 @dataclass
 class GoldenReport:
     """Counts and lists for the summary; ``lines()`` never prints."""
@@ -68,8 +73,7 @@ class GoldenReport:
             out.append((f"{len(self.not_compared)} check(s) judged on required tensors only: {tensors} optional "
                         "golden tensor(s) not produced by the candidate, so not compared", {"yellow": True}))
             for nodeid, name, names in self.not_compared:
-                shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
-                out.append((f"  not compared: {nodeid or name} [{name}]: {shown}", {}))
+                out.append((f"  not compared: {nodeid or name} [{name}]: {shown_names(names)}", {}))
         if self.orphans:
             out.append((f"{len(self.orphans)} orphaned golden(s), used by no test: {', '.join(self.orphans)}",
                         {"yellow": True}))

@@ -17,6 +17,7 @@ from pytest_ditgate.fsutil import lock_for
 from pytest_ditgate.golden.comparator import TensorComparator
 from pytest_ditgate.golden.keys import KeyStep, fallback_chain, is_machine_key, validate_key
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
+from pytest_ditgate.golden.report import shown_names
 from pytest_ditgate.golden.store import GoldenStore, sha256_bytes, validate_name
 
 if TYPE_CHECKING:
@@ -146,8 +147,11 @@ class GoldenSession:
     def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], key: str, *,
               compare: Callable[[Mapping[str, Any], GoldenHit], Any] | None = None,
               nodeid: str = "", metadata: Mapping[str, Any] | None = None,
-              optional: tuple[str, ...] = ()) -> GoldenResult:
+              optional: tuple[str, ...] = (), quality_inputs: Mapping[str, Any] | None = None) -> GoldenResult:
         """Compare ``tensors`` with the golden ``name`` (or queue it, in freeze/refreeze mode).
+
+        ``quality_inputs`` (``kinds``, ``labels``) are not used here: an experiment's child records them with
+        the output, so that the judge, in its own process, judges the tensors as ``compare`` did.
 
         Golden tensors matching an ``optional`` glob may be absent from the candidate (diagnostics it
         cannot produce); they are listed in the result's ``not_compared``. Every other golden tensor is
@@ -285,6 +289,5 @@ def _untracked_message(path: Any, manifest_path: Any) -> str:
 
 def _not_compared_line(names: tuple[str, ...]) -> str:
     """One line naming the optional golden tensors a candidate did not produce (the first few, and a count)."""
-    shown = ", ".join(names[:4]) + (f", ... ({len(names)} in all)" if len(names) > 4 else "")
-    return f"not compared (optional, not produced by the candidate): {shown}"
+    return f"not compared (optional, not produced by the candidate): {shown_names(names)}"
 

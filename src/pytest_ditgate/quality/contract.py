@@ -15,17 +15,25 @@ A TOML file (``fixtures/quality_contract.toml`` by default)::
     [metrics.clip_score]
     min = 20.0             # a floor: checked on the baseline too (the pass/fail transition table)
     [metrics.clip_score.quantization]   # zero regression: candidate >= baseline
+    [metrics.class_accuracy]
+    cases = ["shapes-*"]   # the cases this metric judges (fnmatch; "!pattern" excludes; default: all;
+                           # a class table may name its own)
+    [metrics."psnr@shapes"]  # a second psnr table, with other limits for other cases (mind that no
+    cases = ["shapes-*"]     # case is judged by two tables of one metric)
+    noise = 0.02           # measured seed-to-seed spread: the only regression quantization may show
 
 A metric takes part in a class only when it has a table for that class. Limits: ``min``/``max`` bound
 the value (pair metrics compare candidate with baseline, so the bound is on their distance);
 ``abs``/``rel`` bound the regression of a *score* metric from the baseline's value. ``quantization``
-allows no regression on any required score metric. Every unknown metric, class or key is a usage error
-naming the file and the key.
+allows no regression on any score metric beyond its measured seed ``noise``. Every unknown metric,
+class or key is a usage error naming the file and the key.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import math
+import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -51,9 +59,10 @@ def packaged_contract_path() -> Path:
 TOP_KEYS = ("contract", "images", "metrics")
 META_KEYS = ("version", "description")
 IMAGE_KEYS = ("range", "tile")
-METRIC_KEYS = ("direction", "required", "kinds", "min", "max", "note")
-CLASS_KEYS = ("required", "min", "max", "abs", "rel", "note")
+METRIC_KEYS = ("direction", "required", "kinds", "cases", "noise", "min", "max", "note")
+CLASS_KEYS = ("required", "cases", "min", "max", "abs", "rel", "note")
 IMAGE_RANGES = ((0.0, 1.0), (-1.0, 1.0))
+_LABEL = re.compile(r"^[A-Za-z0-9_-]+$")
 
 
 class ContractError(DitgateUsageError):
@@ -73,10 +82,21 @@ class Rule:
     abs: Any = None
     rel: Any = None
     source: str = ""  # "file: metrics.<name>.<class>", for messages
+    cases: tuple[str, ...] = ()  # fnmatch patterns of the cases judged ("!pattern" excludes); empty: every case
+    noise: float | None = None  # score metrics: measured seed-to-seed spread (quantization's allowance)
 
     @property
     def spec(self) -> MetricSpec:
         return METRICS[self.metric]
+
+    def applies_to(self, case: str) -> bool:
+        """Whether this rule judges ``case``: it matches a pattern of ``cases`` (or there is none) and no
+        ``!pattern`` excludes it."""
+        include = [p for p in self.cases if not p.startswith("!")]
+        exclude = [p[1:] for p in self.cases if p.startswith("!")]
+        if any(fnmatch.fnmatchcase(case, pattern) for pattern in exclude):
+            return False
+        return not include or any(fnmatch.fnmatchcase(case, pattern) for pattern in include)
 
     def limit(self, key: str, dtype_key: str | None) -> float | None:
         """The ``key`` limit (min, max, abs, rel) for ``dtype_key``; table limits fall back to ``default``."""
@@ -120,7 +140,8 @@ class QualityContract:
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path, "image_range": list(self.image_range), "tile": self.tile,
-            "classes": {name: {rule.metric: {k: getattr(rule, k) for k in ("required", "min", "max", "abs", "rel")}
+            "classes": {name: {rule.metric: {k: getattr(rule, k) for k in ("required", "min", "max", "abs", "rel",
+                                                                           "noise", "cases")}
                                for rule in rules} for name, rules in self.rules_by_class.items()},
         }
 
@@ -163,10 +184,12 @@ def contract_from_dict(data: Mapping[str, Any], *, source: str = "<contract>") -
     if not metrics:
         raise ContractError(f"{source}: no [metrics.<name>] tables; a contract must name at least one metric")
     by_class: dict[str, list[Rule]] = {name: [] for name in EXPERIMENT_CLASSES}
-    for name, table in metrics.items():
-        where = f"metrics.{name}"
-        if name not in METRICS:
-            raise ContractError(f"{source}: unknown metric {where!r}; known metrics: {', '.join(METRICS)}")
+    for key, table in metrics.items():
+        where = f"metrics.{key}"
+        name, at, label = key.partition("@")  # "psnr@shapes": a second table of psnr, for other cases
+        if name not in METRICS or (at and not _LABEL.match(label)):
+            raise ContractError(f"{source}: unknown metric {where!r}; known metrics: {', '.join(METRICS)} (a second "
+                                f"table of a metric is named <metric>@<label>, e.g. psnr@shapes, with its own cases)")
         if not isinstance(table, dict):
             raise ContractError(f"{source}: {where} must be a table")
         spec = METRICS[name]
@@ -181,6 +204,8 @@ def contract_from_dict(data: Mapping[str, Any], *, source: str = "<contract>") -
         required = _bool(table.get("required", True), source, f"{where}.required")
         kinds = _kinds(table.get("kinds", list(spec.kinds)), spec, source, f"{where}.kinds")
         defaults = {key: _limit(table.get(key), spec, key, source, f"{where}.{key}") for key in ("min", "max")}
+        cases = _cases(table.get("cases", []), source, f"{where}.cases")
+        noise = _noise(table.get("noise"), spec, source, f"{where}.noise")
         for cls in EXPERIMENT_CLASSES:
             if cls not in table:
                 continue
@@ -196,10 +221,12 @@ def contract_from_dict(data: Mapping[str, Any], *, source: str = "<contract>") -
                 for key in ("abs", "rel"):
                     if limits[key] not in (None, 0, 0.0):
                         raise ContractError(f"{source}: {here}.{key} = {limits[key]!r}: the quantization class "
-                                            f"allows no regression (candidate must match or beat the baseline); "
-                                            f"remove the key or set it to 0")
+                                            f"allows no regression beyond the metric's measured seed noise "
+                                            f"({where}.noise); remove the key or set it to 0")
                 limits["abs"], limits["rel"] = 0.0, 0.0
-            by_class[cls].append(Rule(name, cls, rule_required, kinds, source=f"{source}: {here}", **limits))
+            rule_cases = _cases(sub["cases"], source, f"{here}.cases") if "cases" in sub else cases
+            by_class[cls].append(Rule(name, cls, rule_required, kinds, source=f"{source}: {here}", cases=rule_cases,
+                                      noise=noise, **limits))
     return QualityContract(path=source, rules_by_class={k: tuple(v) for k, v in by_class.items()},
                            image_range=image_range, tile=tile)
 
@@ -232,6 +259,22 @@ def _kinds(value: Any, spec: MetricSpec, source: str, where: str) -> tuple[str, 
             raise ContractError(f"{source}: {where}: {spec.name} does not apply to {kind!r} tensors "
                                 f"(it applies to {', '.join(spec.kinds)})")
     return tuple(value)
+
+
+def _cases(value: Any, source: str, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.lstrip("!") for v in value):
+        raise ContractError(f"{source}: {where} must be a list of case-name patterns (fnmatch, e.g. \"shapes-*\"; "
+                            f"\"!shapes-*\" excludes), got {value!r}")
+    return tuple(value)
+
+
+def _noise(value: Any, spec: MetricSpec, source: str, where: str) -> float | None:
+    if value is None:
+        return None
+    if spec.pair:
+        raise ContractError(f"{source}: {where}: {spec.name} compares candidate with baseline; a seed noise "
+                            "applies to score metrics only")
+    return _checked(_number(value, source, where), "abs", source, where)  # finite and >= 0, like abs
 
 
 def _number(value: Any, source: str, where: str) -> float:

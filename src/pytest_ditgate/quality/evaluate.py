@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pytest_ditgate.correctness.tolerances import dtype_name
 from pytest_ditgate.errors import DitgateUsageError
@@ -76,6 +76,7 @@ class QualityResult:
     candidate_status: str = "pass"
     tolerance_scale: float = 1.0
     contract: str = ""
+    perceptual: list[str] = field(default_factory=list)  # learned metrics that judged this case
 
     @property
     def transition(self) -> str:
@@ -127,15 +128,16 @@ def least_precise(tensors: Sequence["torch.Tensor"]) -> str:
 def evaluate_quality(candidate: Mapping[str, "torch.Tensor"], baseline: Mapping[str, "torch.Tensor"], *,
                      contract: QualityContract | str | Path, experiment_class: str, case: str,
                      kinds: Mapping[str, str] | None = None, tolerance_scale: float = 1.0,
-                     prompts: Sequence[str] | str | None = None, compute_dtype: Any = None,
-                     image_range: tuple[float, float] | None = None, models: PerceptualModels | None = None,
-                     image_dir: str | Path | None = None) -> QualityResult:
+                     prompts: Sequence[str] | str | None = None, labels: Sequence[int] | None = None,
+                     compute_dtype: Any = None, image_range: tuple[float, float] | None = None,
+                     models: PerceptualModels | None = None, image_dir: str | Path | None = None) -> QualityResult:
     """Judge ``candidate`` against the frozen ``baseline`` (dicts of named tensors) for one ``case``.
 
     ``kinds`` maps a key to ``image``/``latent``/``activation`` (default: :func:`guess_kind`).
     ``tolerance_scale`` (>= 1 loosens) widens every limit's distance from the ideal, e.g. when the
     golden came from a fallback device; floors and zero-regression limits stay as they are.
-    ``prompts`` (one, or one per image) enable ``clip_score``; ``compute_dtype`` picks dtype-keyed
+    ``prompts`` (one, or one per image) enable ``clip_score``; ``labels`` (one class id per image) enable
+    ``class_accuracy`` (the classifier comes from ``models``); ``compute_dtype`` picks dtype-keyed
     limits (default: the least precise dtype among the candidate's tensors); ``image_range`` overrides
     the contract's; failure PNGs go under ``image_dir/<case>/`` when it is given.
     """
@@ -156,14 +158,39 @@ def evaluate_quality(candidate: Mapping[str, "torch.Tensor"], baseline: Mapping[
     result = QualityResult(case=case, experiment_class=experiment_class, dtype=dtype,
                            tolerance_scale=tolerance_scale, contract=contract.path)
     run = _CaseRun(result, contract, tolerance_scale, prompts, image_range or contract.image_range,
-                   models or default_models())
+                   models or default_models(), labels)
     run.prepare(candidate, baseline, kinds)
-    for rule in rules:
+    applicable = [rule for rule in rules if rule.applies_to(case)]
+    if not applicable:  # judging with no rule would pass anything
+        raise DitgateUsageError(f"quality contract {contract.path}: no rule of class {experiment_class!r} judges case "
+                                f"{case!r} (every table's cases exclude it)")
+    for rule in applicable:
         run.apply(rule)
+    result.perceptual = sorted({name.rsplit(".", 1)[1] for name in result.metrics
+                                if METRICS[name.rsplit(".", 1)[1]].perceptual})
     if image_dir is not None and run.failed_images:
         from pytest_ditgate.quality.images import write_failure_images
 
         result.images = write_failure_images(Path(image_dir), case, run.failed_images)
+    return result
+
+
+def judge_recorded(values: Callable[[Rule], tuple[str, float, float | None] | None], *,
+                   contract: QualityContract, experiment_class: str, case: str, dtype: str) -> QualityResult:
+    """The contract's checks (limits, floors, regressions, transitions) on metric values measured earlier,
+    as :func:`evaluate_quality` applies them to tensors: for a calibration replaying its records.
+
+    ``values(rule)`` gives ``(tensor key, candidate value, baseline value or None)`` for a rule, or None
+    when nothing was recorded for it (that rule is then not judged)."""
+    result = QualityResult(case=case, experiment_class=experiment_class, dtype=dtype, contract=contract.path)
+    run = _CaseRun(result, contract, 1.0, None, contract.image_range, None)
+    for rule in contract.rules(experiment_class):
+        recorded = values(rule) if rule.applies_to(case) else None
+        if recorded is None:
+            continue
+        key, value, base = recorded
+        for check in run._checks(rule, f"{key}.{rule.metric}", value, base):
+            run._record(check, None)
     return result
 
 
@@ -181,8 +208,9 @@ class _CaseRun:
     """State of one evaluation: prepared tensors, computed values, checks."""
 
     def __init__(self, result: QualityResult, contract: QualityContract, scale: float, prompts: Any,
-                 image_range: tuple[float, float], models: PerceptualModels) -> None:
+                 image_range: tuple[float, float], models: PerceptualModels, labels: Any = None) -> None:
         self.result = result
+        self.labels = None if labels is None else [int(label) for label in labels]
         self.contract = contract
         self.scale = scale
         self.prompts = [prompts] if isinstance(prompts, str) else (list(prompts) if prompts is not None else None)
@@ -217,8 +245,12 @@ class _CaseRun:
                 cand = cand.to(base.device)
             item = _Tensor(key, kind, cand.detach(), base.detach())
             if kind == IMAGE:
-                item.unit_b = M.as_unit_images(base, f"baseline:{key}", self.image_range)
-                item.unit_c = M.as_unit_images(cand, f"candidate:{key}", self.image_range)
+                item.unit_b = M.as_unit_images(base, f"baseline:{key}", self.image_range)  # a bad golden: misuse
+                try:  # images the candidate made outside the declared range are the candidate's failure
+                    item.unit_c = M.as_unit_images(cand, f"candidate:{key}", self.image_range)
+                except DitgateUsageError as exc:
+                    self._fail(f"{key}: {exc}")
+                    continue
             self.tensors.append(item)
         good = {t.key for t in self.tensors}
         self.broken_kinds = {kinds.get(k) or guess_kind(b) for k, b in baseline.items() if k not in good}
@@ -262,6 +294,20 @@ class _CaseRun:
         scorer = self.models.clip(item.unit_c.device)
         return float(scorer.score(item.unit_c, prompts).mean()), float(scorer.score(item.unit_b, prompts).mean())
 
+    def _score_values(self, item: _Tensor, metric: str) -> tuple[float, float]:
+        """A score metric measured on the candidate's and on the baseline's images."""
+        from pytest_ditgate.quality import learned
+
+        if metric == "clip_score":
+            return self._clip_scores(item)
+        classifier = self.models.classifier(item.unit_c.device)
+        if metric == "class_accuracy":
+            if self.labels is None:
+                raise MissingWeights("class_accuracy needs the class label of every image: pass labels=[...]")
+            return (learned.class_accuracy(classifier, item.unit_c, self.labels),
+                    learned.class_accuracy(classifier, item.unit_b, self.labels))
+        return learned.frechet_distance(classifier, item.unit_c), learned.frechet_distance(classifier, item.unit_b)
+
     # -- checks ---------------------------------------------------------------------------------------
     def apply(self, rule: Rule) -> None:
         spec = rule.spec
@@ -280,7 +326,7 @@ class _CaseRun:
                 if spec.pair:
                     value, base_value = self._pair_value(item, rule.metric), None
                 else:
-                    value, base_value = self._clip_scores(item)
+                    value, base_value = self._score_values(item, rule.metric)
             except MissingWeights as exc:
                 self._missing(rule, name, str(exc))
                 continue
@@ -309,12 +355,17 @@ class _CaseRun:
             scaled = "" if not spec.pair or self.scale == 1.0 else f", x{self.scale:g} tolerance"
             out.append(Check(name, value, f"{key} {_fmt(bound)} {tag}{scaled}", ok, base, inherited, rule.source))
         if base is not None:
+            regression = base - value if spec.direction == HIGHER else value - base
+            if rule.experiment_class == "quantization":  # zero regression, within the measured seed noise
+                allowed = rule.noise or 0.0
+                label = ("no regression (quantization: candidate must match or beat the baseline)" if not allowed
+                         else f"no regression beyond seed noise {_fmt(allowed)} (quantization)")
+                out.append(Check(name, value, f"{label} {tag}", regression <= allowed, base, False, rule.source))
+                return out
             abs_lim, rel_lim = rule.limit("abs", dtype), rule.limit("rel", dtype)
             if abs_lim is not None or rel_lim is not None:
                 allowed = ((abs_lim or 0.0) + (rel_lim or 0.0) * abs(base)) * self.scale
-                regression = base - value if spec.direction == HIGHER else value - base
-                label = ("no regression (quantization: candidate must match or beat the baseline)"
-                         if allowed == 0 else f"regression <= {_fmt(allowed)} (abs {abs_lim}, rel {rel_lim})")
+                label = f"regression <= {_fmt(allowed)} (abs {abs_lim}, rel {rel_lim})"
                 out.append(Check(name, value, f"{label} {tag}", regression <= allowed, base, False, rule.source))
         return out
 
@@ -326,7 +377,7 @@ class _CaseRun:
             return bound - 20.0 * math.log10(self.scale)
         return ideal + (bound - ideal) * self.scale
 
-    def _record(self, check: Check, item: _Tensor) -> None:
+    def _record(self, check: Check, item: _Tensor | None) -> None:
         self.result.checks.append(check)
         if check.passed:
             return
@@ -335,7 +386,7 @@ class _CaseRun:
             self.result.notes.append(f"{check.describe()}; the baseline misses it too (fail->fail: does not reject)")
             return
         self._fail(check.describe())
-        if item.kind == IMAGE:
+        if item is not None and item.kind == IMAGE:
             self.failed_images.setdefault(item.key, {"candidate": item.unit_c, "baseline": item.unit_b,
                                                      "tile": self.contract.tile, "per_image": {}})
             metric = check.metric.rsplit(".", 1)[1]

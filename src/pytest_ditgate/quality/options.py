@@ -18,4 +18,7 @@ CLIP_WEIGHTS = OptionSpec("--ditgate-clip-weights", "open_clip checkpoint file, 
                                                     "never downloaded")
 CLIP_MODEL = OptionSpec("--ditgate-clip-model", "open_clip architecture of --ditgate-clip-weights "
                                                 "(default ViT-B-32)", default="ViT-B-32")
-OPTIONS = (CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, CLIP_WEIGHTS, CLIP_MODEL)
+CLASSIFIER = OptionSpec("--ditgate-classifier", "the project's classifier factory 'package.module:callable' for the "
+                                                "learned metrics class_accuracy and frechet_distance (called with a "
+                                                "device; see pytest_ditgate.quality.learned)")
+OPTIONS = (CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, CLIP_WEIGHTS, CLIP_MODEL, CLASSIFIER)

@@ -55,6 +55,8 @@ class WeightsConfig:
     lpips: str | None = None
     clip: str | None = None
     clip_model: str = DEFAULT_CLIP_MODEL
+    classifier: str | None = None  # "package.module:callable" (quality.learned)
+    root: str | None = None  # the project root, where the classifier's package may live
 
 
 def torch_hub_checkpoints() -> Path:
@@ -260,6 +262,17 @@ class PerceptualModels:
 
     def clip(self, device: Any = "cpu") -> ClipScorer:
         return self._get("clip", device, lambda: build_clip(self.config, device))
+
+    def classifier(self, device: Any = "cpu") -> Any:
+        """The project's classifier for the learned metrics (``quality.learned``), built once per device."""
+        from pytest_ditgate.quality.learned import HOW_CLASSIFIER, build_classifier
+
+        def build() -> Any:
+            if not self.config.classifier:
+                raise MissingWeights(f"no classifier is configured; {HOW_CLASSIFIER}")
+            return build_classifier(self.config.classifier, device, self.config.root)
+
+        return self._get("classifier", device, build)
 
     def lpips_per_image(self, candidate: "torch.Tensor", baseline: "torch.Tensor") -> "torch.Tensor":
         """LPIPS of each ``[0, 1]`` image pair (the network sees ``[-1, 1]``)."""

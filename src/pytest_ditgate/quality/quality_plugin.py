@@ -17,7 +17,8 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
-from pytest_ditgate.quality.options import CLIP_MODEL, CLIP_WEIGHTS, CONTRACT, EXPERIMENT_CLASS, LPIPS_WEIGHTS, OPTIONS
+from pytest_ditgate.quality.options import (CLASSIFIER, CLIP_MODEL, CLIP_WEIGHTS, CONTRACT, EXPERIMENT_CLASS,
+                                            LPIPS_WEIGHTS, OPTIONS)
 from pytest_ditgate.quality.specs import DEFAULT_CLASS
 from pytest_ditgate.report_properties import QUALITY_ATTRIBUTE
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 #: [tool.ditgate] keys that stand in for the options above
 TOOL_KEYS = {CONTRACT: "quality_contract", LPIPS_WEIGHTS: "lpips_weights", CLIP_WEIGHTS: "clip_weights",
-             CLIP_MODEL: "clip_model"}
+             CLIP_MODEL: "clip_model", CLASSIFIER: "classifier"}
 TRANSITIONS_FILE = "transitions.json"
 REPORTER_NAME = "ditgate-quality-reporter"
 
@@ -71,7 +72,8 @@ class QualitySession:
             contract = packaged_contract_path()
         weights = WeightsConfig(lpips=_rooted_str(root, values[LPIPS_WEIGHTS]),
                                 clip=_rooted_str(root, values[CLIP_WEIGHTS]),
-                                clip_model=values[CLIP_MODEL] or CLIP_MODEL.default)
+                                clip_model=values[CLIP_MODEL] or CLIP_MODEL.default, classifier=values[CLASSIFIER],
+                                root=str(root))
         return cls(root, contract, explicit, values[EXPERIMENT_CLASS] or DEFAULT_CLASS, weights)
 
     def contract(self) -> "QualityContract":
@@ -170,10 +172,16 @@ class QualityGate:
     def contract(self) -> "QualityContract":
         return self._session.contract()
 
+    @property
+    def models(self) -> "PerceptualModels":
+        """The session's learned-metric models (LPIPS, CLIP, the project's classifier), loaded on first use."""
+        return self._session.models()
+
     def check(self, case: str, candidate: Mapping[str, Any], baseline: Mapping[str, Any], *,
               experiment_class: str | None = None, kinds: Mapping[str, str] | None = None,
               tolerance_scale: float = 1.0, prompts: Sequence[str] | str | None = None,
-              compute_dtype: Any = None, image_range: tuple[float, float] | None = None) -> "QualityResult":
+              labels: Sequence[int] | None = None, compute_dtype: Any = None,
+              image_range: tuple[float, float] | None = None) -> "QualityResult":
         """Evaluate ``case``; raise ``GateFailure(reason="quality")`` listing every failure and image path.
 
         ``candidate`` and ``baseline`` are both mappings of named tensors, or both single tensors (judged
@@ -187,7 +195,7 @@ class QualityGate:
         result = evaluate_quality(candidate, baseline, contract=self._session.contract(),
                                   experiment_class=self._checked_class(experiment_class or self._session.experiment_class),
                                   case=case,
-                                  kinds=kinds, tolerance_scale=tolerance_scale, prompts=prompts,
+                                  kinds=kinds, tolerance_scale=tolerance_scale, prompts=prompts, labels=labels,
                                   compute_dtype=compute_dtype, image_range=image_range,
                                   models=self._session.models(), image_dir=self._image_root)
         record = {key: value for key, value in result.to_dict().items() if key != "checks"}

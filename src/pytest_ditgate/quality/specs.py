@@ -30,8 +30,13 @@ class MetricSpec:
     kinds: tuple[str, ...]
     pair: bool = True
     ideal: float | None = None  # pair metrics: the value for identical tensors
-    needs: str | None = None  # "lpips" or "clip": needs pretrained weights
+    needs: str | None = None  # "lpips", "clip" (pretrained weights) or "classifier" (the project's own)
     doc: str = ""
+
+    @property
+    def perceptual(self) -> bool:
+        """Judges what an image shows (a learned network), not how close its pixels are."""
+        return self.needs is not None
 
 
 _ALL = KINDS
@@ -46,6 +51,10 @@ METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
     MetricSpec("lpips", LOWER, (IMAGE,), ideal=0.0, needs="lpips", doc="LPIPS (AlexNet) of the worst image"),
     MetricSpec("clip_score", HIGHER, (IMAGE,), pair=False, needs="clip",
                doc="mean CLIP score 100*cos(image, prompt), measured on baseline and candidate"),
+    MetricSpec("class_accuracy", HIGHER, (IMAGE,), pair=False, needs="classifier",
+               doc="fraction of images the project's classifier assigns to their class label"),
+    MetricSpec("frechet_distance", LOWER, (IMAGE,), pair=False, needs="classifier",
+               doc="Frechet distance of the images' classifier features to the real-image reference (an FID)"),
     MetricSpec("rel_l2", LOWER, _ALL, ideal=0.0, doc="||candidate - baseline|| / ||baseline||"),
     MetricSpec("max_abs_error", LOWER, _ALL, ideal=0.0, doc="max |candidate - baseline|"),
     MetricSpec("max_rel_error", LOWER, _TENSORS, ideal=0.0,

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditgate.fsutil import (CorruptFile, append_jsonl, atomic_write_json, lock_for, read_json_object,
-                                   read_jsonl_report)
+                                   read_jsonl_report, skipped_message)
 
 TSV_COLUMNS = ("timestamp", "commit", "parent", "status", "class", "objective_metric", "best_before",
                "candidate", "improvement_pct", "peak_vram_gb", "quality", "description")
@@ -65,10 +65,9 @@ def read_results(root: Path, skipped: list[str] | None = None) -> list[dict[str,
             bad.append(number)
             continue
         rows.append(dict(zip(header, cells)))
-    if bad and skipped is not None:
-        shown = ", ".join(str(n) for n in bad[:10]) + (", ..." if len(bad) > 10 else "")
-        skipped.append(f"{tsv}: skipped {len(bad)} unreadable row(s) ({shown}): not UTF-8 or not "
-                       f"{len(header)} tab-separated cells (a torn write or a hand edit)")
+    message = skipped_message(tsv, bad, "row", f"not UTF-8 or not {len(header)} tab-separated cells")
+    if message and skipped is not None:
+        skipped.append(message)
     return rows
 
 

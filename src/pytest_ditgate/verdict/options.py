@@ -10,5 +10,6 @@ VERDICT_JSON = OptionSpec("--ditgate-verdict-json", "write the machine-readable 
 DESCRIPTION = OptionSpec("--ditgate-description", "one line describing the candidate's causal hypothesis "
                          "(goes into results.tsv)")
 MIN_IMPROVEMENT = OptionSpec("--ditgate-min-improvement", "fraction by which the candidate must beat the lane "
-                             "best (on the CI bound) to be kept; default 0", parse=float, default=0.0)
+                             "best (on the CI bound) to be kept; default: the lane's min_improvement "
+                             "([tool.ditgate.lanes.<lane>], 0.02 when not set)", parse=float, default=None)
 OPTIONS = (LANE, VERDICT_JSON, DESCRIPTION, MIN_IMPROVEMENT)

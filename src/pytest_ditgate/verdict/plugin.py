@@ -25,6 +25,23 @@ from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 from pytest_ditgate.verdict.options import DESCRIPTION, LANE, MIN_IMPROVEMENT, VERDICT_JSON
 
 
+def _min_improvement(option: float | None, project: dict[str, Any], lane: str | None) -> float:
+    """The option when given; else the floor the judge would use for a declared lane (advisory runs and the
+    judge then keep the same candidates; an invalid one is the same usage error); else the default."""
+    from pytest_ditgate.errors import DitgateUsageError
+    from pytest_ditgate.experiment.lanes import DEFAULT_MIN_IMPROVEMENT, load_lane
+
+    if option is not None:
+        return float(option)
+    declared = project.get("lanes")
+    if lane and isinstance(declared, dict) and lane in declared:
+        try:
+            return load_lane(project, lane).min_improvement
+        except DitgateUsageError as exc:
+            raise pytest.UsageError(str(exc)) from None
+    return DEFAULT_MIN_IMPROVEMENT
+
+
 class ExperimentSession:
     """Collects the run's outcomes (controller side) and produces the verdict at session end."""
 
@@ -36,8 +53,8 @@ class ExperimentSession:
         self.lane = options.get_option(config, LANE)
         self.verdict_json = options.get_option(config, VERDICT_JSON)
         self.description = options.get_option(config, DESCRIPTION) or ""
-        self.min_improvement = float(options.get_option(config, MIN_IMPROVEMENT) or 0.0)
         self.project = load_project_config(config.rootpath)
+        self.min_improvement = _min_improvement(options.get_option(config, MIN_IMPROVEMENT), self.project, self.lane)
         self.outcomes: dict[str, Any] = {}
         self.comparisons: list[dict[str, Any]] = []
         self.candidate_config: dict[str, Any] = {}

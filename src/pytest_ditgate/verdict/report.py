@@ -1,5 +1,6 @@
 """The HTML report of a ledger folder: benchmark history per lane and arch, experiments, side-by-side
-comparisons (``ditbench.pair``), quality metrics, measurements and golden error heat maps.
+comparisons (``ditbench.pair``), phase profiles (``--ditgate-profile``), quality metrics, measurements
+and golden error heat maps.
 
 Plots are matplotlib PNGs embedded as base64, so the page is one self-contained file. Ledgers are read
 defensively: a line that is not a JSON object, or a record of the wrong shape, is left out and *counted*
@@ -24,6 +25,8 @@ from pytest_ditgate.verdict.ledger import EXPERIMENTS_JSONL
 HEATMAP_GLOB = "quality/**/*.png"
 MAX_HEATMAPS = 24
 NO_MATPLOTLIB = "matplotlib is not installed: the history plots are left out (pip install matplotlib)"
+NO_PHASE_BARS = "matplotlib is not installed: the phase bars are left out (pip install matplotlib)"
+MAX_PROFILES = 40
 
 
 @dataclass
@@ -185,6 +188,88 @@ def _measurement_rows(records: list[dict[str, Any]], notes: list[str], path: Pat
             for m in measurements[-200:]]
 
 
+def _phase_profiles(records: list[dict[str, Any]], notes: list[str], path: Path) -> list[tuple[str, dict[str, Any]]]:
+    """(test, profile) for the phase profiles recorded with measurements and comparisons (the latest
+    MAX_PROFILES); a profile without a finite span and per-phase times is left out and counted."""
+    from pytest_ditgate.bench.phases import PHASES
+
+    found, bad = [], 0
+    for record in records:
+        profiles = record.get("profiles")
+        if profiles is None:
+            continue
+        for profile in profiles if isinstance(profiles, list) else [None]:
+            profile = _obj(profile)
+            phases = _obj(profile.get("phases"))
+            usable = (_num(profile.get("span_ms")) is not None
+                      and all(_num(_obj(phases.get(p)).get("ms")) is not None for p in PHASES)) if phases else (
+                          profile.get("source") in ("none", "unavailable"))
+            if usable:
+                found.append((_text(record.get("test")), profile))
+            else:
+                bad += 1
+    if bad:
+        notes.append(f"{path}: left out {bad} phase profile(s) without a finite span and per-phase times")
+    return found[-MAX_PROFILES:]
+
+
+def _profile_name(test: str, profile: dict[str, Any]) -> str:
+    name = test.rsplit("::", 1)[-1]
+    label = _text(profile.get("label"))
+    return f"{name}[{label}]" if label and label != name else name
+
+
+def _profile_rows(profiles: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
+    from pytest_ditgate.bench.phases import PHASES
+    from pytest_ditgate.bench.report import kernel_rate
+
+    rows = []
+    for test, profile in profiles:
+        phases = _obj(profile.get("phases"))
+        kernels = profile.get("kernels") if isinstance(profile.get("kernels"), list) else []
+        top = _obj(kernels[0]) if kernels else {}
+        gemm = _obj(profile.get("gemm"))
+        gemm_text = _fmt(gemm.get("tflops"), ".1f")
+        if gemm_text and _num(gemm.get("peak_fraction")) is not None:
+            gemm_text += f" ({gemm['peak_fraction']:.0%} of {_text(gemm.get('dtype'))} peak)"
+        notes = profile.get("notes") if isinstance(profile.get("notes"), list) else []
+        rows.append([_profile_name(test, profile), _text(profile.get("source")), _text(profile.get("arch")),
+                     _fmt(profile.get("span_ms"), ".4f")]
+                    + [_fmt(_obj(phases.get(p)).get("share"), ".1%") for p in PHASES]
+                    + [_fmt(profile.get("timed_ms"), ".4f"), _fmt(_obj(profile.get("timed_idle")).get("share"), ".1%")]
+                    + [(f"{_text(top.get('name'))[:90]} {_fmt(top.get('ms'), '.4f')} ms {kernel_rate(top)}".strip()
+                        if top else ""), gemm_text, _text(profile.get("trace")), "; ".join(map(_text, notes))[:300]])
+    return rows
+
+
+def phase_plot(profiles: list[tuple[str, dict[str, Any]]]) -> str | None:
+    """A base64 PNG: one stacked bar per profile, ms per phase; None without profiles with phases.
+
+    Raises ImportError without matplotlib (the caller says so on the page)."""
+    from pytest_ditgate.bench.phases import LABELS, PHASES
+
+    shown = [(test, p) for test, p in profiles if _obj(p.get("phases"))]
+    if not shown:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(8, 0.45 * len(shown) + 1.4))
+    names = [_profile_name(test, p) for test, p in shown]
+    left = [0.0] * len(shown)
+    for phase in PHASES:
+        widths = [float(_obj(_obj(p["phases"]).get(phase)).get("ms") or 0.0) for _, p in shown]
+        ax.barh(names, widths, left=left, label=LABELS[phase])
+        left = [a + b for a, b in zip(left, widths)]
+    ax.set_xlabel("ms in the traced call")
+    ax.invert_yaxis()
+    ax.legend(fontsize=8, ncol=3, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    return _png(fig)
+
+
 def _heatmaps(root: Path, notes: list[str]) -> list[str]:
     parts = []
     for path in sorted(root.glob(HEATMAP_GLOB))[-MAX_HEATMAPS:]:
@@ -198,6 +283,25 @@ def _heatmaps(root: Path, notes: list[str]) -> list[str]:
     return parts
 
 
+def _phase_section(profiles: list[tuple[str, dict[str, Any]]]) -> list[str]:
+    from pytest_ditgate.bench.phases import LABELS, PHASES
+
+    parts = ["<h2>Phase profiles</h2>"]
+    if not profiles:
+        return parts + ["<p>No phase profiles recorded (run with --ditgate-profile or ditbench(..., profile=True)).</p>"]
+    try:
+        png = phase_plot(profiles)
+    except ImportError:
+        parts.append(f"<p>{html.escape(NO_PHASE_BARS)}.</p>")
+    else:
+        if png is not None:
+            parts.append(f"<img alt='phase bars' src='data:image/png;base64,{png}'>")
+    parts.append(_table(["profile", "source", "arch", "traced ms"] + [LABELS[p] for p in PHASES if p != "idle"]
+                        + ["idle / traced span", "timed ms", "idle / timed median", "top kernel", "GEMM TFLOP/s",
+                           "trace", "notes"], _profile_rows(profiles)))
+    return parts
+
+
 def build_report(root: Path) -> ReportPage:
     """The page for ledger folder ``root`` and the notes on what was left out."""
     notes: list[str] = []
@@ -206,6 +310,7 @@ def build_report(root: Path) -> ReportPage:
     records = _read(bench_path, notes)
     measurement_rows = _measurement_rows(records, notes, bench_path)
     comparison_rows = _comparison_rows(records, notes, bench_path)
+    profiles = _phase_profiles(records, notes, bench_path)
     try:
         plots = history_plots(experiments)
     except ImportError:
@@ -218,7 +323,7 @@ def build_report(root: Path) -> ReportPage:
              ".keep{color:green}.discard,.crash{color:#b00}img{max-width:100%}.notes{color:#850}",
              "</style></head><body><h1>ditgate report</h1>"]
     parts.append(f"<p>{len(experiments)} experiments, {len(measurement_rows)} measurements.</p>"
-                 f"<p>{len(comparison_rows)} side-by-side comparisons.</p>")
+                 f"<p>{len(comparison_rows)} side-by-side comparisons, {len(profiles)} phase profiles.</p>")
     if notes:
         parts.append("<ul class='notes'>" + "".join(f"<li>{html.escape(n)}</li>" for n in notes) + "</ul>")
     parts.append("<h2>Benchmark history</h2>")
@@ -235,6 +340,7 @@ def build_report(root: Path) -> ReportPage:
     parts.append(_table(["test", "candidate / reference", "lane", "ratio", "CI", "min speedup", "verdict",
                          "mechanism", "arch"], comparison_rows) if comparison_rows
                  else "<p>No ditbench.pair comparisons recorded.</p>")
+    parts += _phase_section(profiles)
     parts.append("<h2>Quality metrics</h2>")
     quality_rows = _quality_rows(experiments)
     parts.append(_table(["commit", "case", "status", "metrics"], quality_rows) if quality_rows

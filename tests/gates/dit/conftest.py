@@ -17,9 +17,10 @@ from dit_gate_support import WEIGHTS_SEED
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
-    for fixture, config in (("tiny_case", "tiny"), ("xl_case", "dit-xl-2-256")):
+    for fixture, config, tag in (("tiny_case", "tiny", None), ("xl_case", "dit-xl-2-256", None),
+                                 ("shapes_cpu_case", "dit-s-shapes", "cpu"), ("shapes_gpu_case", "dit-s-shapes", "gpu")):
         if fixture in metafunc.fixturenames:
-            cases = select(load_corpus(), config=config)
+            cases = select(load_corpus(), config=config, tag=tag)
             metafunc.parametrize(fixture, cases, ids=[c.name for c in cases])
 
 

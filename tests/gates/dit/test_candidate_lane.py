@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from dit_gate_support import (WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_sampling, fast_module,
-                              full_fp32)
+                              full_fp32, latent_kinds, shapes_model, shapes_tensors)
 from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 
 #: what every candidate must produce; block activations are optional diagnostics (a CUDA graph replay or a
@@ -66,8 +66,12 @@ def xl_baseline():
     return _cache[key]
 
 
-def judge(case, model, golden, quality_gate, ditgate_candidate, device: str, **tensor_opts) -> None:
+def judge(case, model, golden, quality_gate, ditgate_candidate, device: str, *, recorded=None, labels=None,
+          **tensor_opts) -> None:
     """Sample ``case`` with the candidate and judge it against the goldens under the run's class.
+
+    ``recorded`` picks the tensors a case keeps from a sampling result (default ``result.tensors``);
+    ``labels`` let the learned metrics judge the images (the trained shapes cases).
 
     ``exact`` is bitwise against the goldens frozen on THIS machine (``ditgate baseline`` writes them:
     under freeze, every run also freezes them); every other class uses the original frozen baseline's
@@ -80,7 +84,8 @@ def judge(case, model, golden, quality_gate, ditgate_candidate, device: str, **t
     if module is not model.transformer:  # a CUDA graph replay runs no block hooks
         kwargs["record_blocks"] = ()
     with full_fp32():
-        tensors = sample(model, **kwargs).tensors(**tensor_opts)
+        result = sample(model, **kwargs)
+    tensors = recorded(result) if recorded else result.tensors(**tensor_opts)
     assert all(name in tensors for name in REQUIRED_OUTPUTS)
 
     def compare_as(experiment_class):
@@ -88,19 +93,21 @@ def judge(case, model, golden, quality_gate, ditgate_candidate, device: str, **t
             __tracebackhide__ = True
             baseline = {name: hit.tensors[name] for name in candidate if name in hit.tensors}
             return quality_gate.check(case.name, candidate, baseline, tolerance_scale=hit.tolerance_scale,
-                                      experiment_class=experiment_class)
+                                      experiment_class=experiment_class, labels=labels,
+                                      kinds=latent_kinds(baseline) if labels is not None else None)
         return compare
 
     experiment_class = quality_gate.experiment_class
+    inputs = None if labels is None else {"kinds": latent_kinds(tensors), "labels": labels}  # for the judge, too
     if golden.mode != "check" or experiment_class != "exact":
         # the original frozen baseline (a bitwise claim against another machine's golden means nothing)
         judged_as = "numerical" if experiment_class == "exact" else experiment_class
         outcome = golden.check(case.name, tensors, device=device, compare=compare_as(judged_as),
-                               optional=OPTIONAL_OUTPUTS)
+                               optional=OPTIONAL_OUTPUTS, quality_inputs=inputs)
         assert outcome.status in ("matched", "written"), f"no golden to judge the candidate by ({outcome.status})"
     if golden.mode != "check" or experiment_class == "exact":
         outcome = golden.check(case.name, tensors, device=golden.machine_key(device), compare=compare_as("exact"),
-                               optional=OPTIONAL_OUTPUTS)
+                               optional=OPTIONAL_OUTPUTS, quality_inputs=inputs)
         assert outcome.status in ("matched", "written"), f"no golden to judge the candidate by ({outcome.status})"
 
 
@@ -123,6 +130,18 @@ def forward(transformer):
 
 def test_tiny_candidate_quality(tiny_case, tiny_model, golden, quality_gate, ditgate_candidate) -> None:
     judge(tiny_case, candidate_model(tiny_model, "cpu"), golden, quality_gate, ditgate_candidate, "cpu")
+
+
+def test_shapes_candidate_quality(shapes_cpu_case, golden, quality_gate, ditgate_candidate) -> None:
+    """The candidate on the trained shapes model: judged on what its images show, too."""
+    judge(shapes_cpu_case, candidate_model(shapes_model("float32", "cpu"), "cpu"), golden, quality_gate,
+          ditgate_candidate, "cpu", recorded=shapes_tensors, labels=shapes_cpu_case.labels)
+
+
+@pytest.mark.requires_gpu(bf16=True, why="dit-s-shapes candidate in bf16")
+def test_shapes_gpu_candidate_quality(shapes_gpu_case, golden, quality_gate, ditgate_candidate) -> None:
+    judge(shapes_gpu_case, candidate_model(shapes_model("bfloat16", "cuda"), "cuda"), golden, quality_gate,
+          ditgate_candidate, "cuda", recorded=shapes_tensors, labels=shapes_gpu_case.labels)
 
 
 def test_tiny_candidate_forward_speed(tiny_model, ditbench) -> None:

@@ -1,0 +1,107 @@
+"""Take the phase profile of one call: trace it once with ``torch.profiler`` (CUDA activity from CUPTI
+when a CUDA device is in use, host ops otherwise), write the Chrome/Perfetto trace, summarise it.
+
+torch is imported inside the functions. Profiling is a diagnosis, never a gate: when it cannot be done
+(no torch, the profiler busy, the trace not writable) the result is a profile of source
+``unavailable`` that says why, and the test goes on.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from pytest_ditgate.bench.profiling import PROFILE_DIR, WINDOW, PhaseProfile, summarize_trace, unavailable
+from pytest_ditgate.bench.timers import Call, TimingError, cuda_in_use, profiled, synchronize
+
+#: torch's names of an op's first input dtype -> the dtype keys of a profile's ``peaks.tflops``
+DTYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64",
+          "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
+          "c10::Float8_e5m2fnuz": "fp8"}
+CPU_PEAKS_NOTE = "CPU run: no peaks, rates are absolute"
+
+
+def trace_file(test: str, label: str | None) -> str:
+    """A file name for the trace of ``label`` in ``test``: readable, safe on every OS, unique per pair."""
+    key = f"{test}[{label}]" if label else test
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", key.rsplit("/", 1)[-1]).strip("._")[:80]
+    digest = hashlib.sha256(key.encode("utf-8")).hexdigest()[:10]
+    return f"{slug}-{digest}.json"
+
+
+def flop_counts(events: Any) -> dict[int, tuple[int, str | None]]:
+    """op id (the trace's ``External id``) -> (FLOPs torch reported, dtype key of its first input)."""
+    counts: dict[int, tuple[int, str | None]] = {}
+    for event in events or ():
+        try:
+            flops = int(event.flops())
+        except Exception:
+            continue
+        if flops > 0:
+            try:
+                dtypes = list(event.dtypes())
+            except Exception:
+                dtypes = []
+            counts[int(event.correlation_id())] = (flops, DTYPES.get(dtypes[0]) if dtypes else None)
+    return counts
+
+
+def _device() -> Any:
+    from pytest_ditgate.device import DeviceInfo, real_device
+
+    return real_device() if cuda_in_use() else DeviceInfo(name="cpu", arch="cpu")
+
+
+def _exclusive(on_gpu: bool) -> Any:
+    import contextlib
+
+    if not on_gpu:
+        return contextlib.nullcontext()
+    from pytest_ditgate.gpus import exclusive_gpu
+
+    return exclusive_gpu()
+
+
+def profile_call(call: Call, *, label: str, artefact_dir: Path, test: str,
+                 timed_ms: float | None = None) -> PhaseProfile:
+    """One traced run of ``call`` (already warm: after its measurement) and its phase profile; the trace
+    goes to ``<artefact_dir>/profiles/`` and the profile names it relative to ``artefact_dir``.
+    ``timed_ms``: the measurement's untraced median, to read idle against. A call that replays a CUDA
+    graph is traced as it is: CUPTI records the replay's kernels (without a launching op)."""
+    relative = f"{PROFILE_DIR}/{trace_file(test, label)}"
+    path = Path(artefact_dir) / relative
+    try:
+        import torch
+    except ImportError:
+        return unavailable(label, "torch is not installed: phase profiling needs torch.profiler")
+    on_gpu = cuda_in_use()
+    device = _device()
+    where = {"device": device.name, "arch": device.arch}
+
+    def run() -> None:
+        with torch.profiler.record_function(WINDOW):
+            call()
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        synchronize()
+        with _exclusive(on_gpu):
+            events = profiled(run, host=True, device=on_gpu, flops=True, export=path)
+        trace = json.loads(path.read_text(encoding="utf-8"))
+    except TimingError as exc:
+        return unavailable(label, f"not profiled: {exc}", timed_ms=timed_ms, **where)
+    except (OSError, ValueError) as exc:
+        return unavailable(label, f"not profiled: the trace {path} could not be written or read ({exc})",
+                           timed_ms=timed_ms, **where)
+    if on_gpu:
+        from pytest_ditgate.profiles import peaks_for
+
+        peaks, note = peaks_for(device.name, device.arch, os.environ.get("DITGATE_DEVICE_PROFILE"))
+    else:
+        peaks, note = None, CPU_PEAKS_NOTE
+    return summarize_trace(trace, flop_counts(events), label=label, peaks=peaks, peaks_note=note, trace=relative,
+                           timed_ms=timed_ms, **where)

@@ -1,0 +1,81 @@
+"""The committed contract's shapes limits are the calibration rule applied to the committed measurements."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RESULTS = ROOT / "benchmarks" / "results" / "shapes_calibration_sm_90.json"
+
+
+def _calibration():
+    spec = importlib.util.spec_from_file_location("shapes_calibration", ROOT / "benchmarks" / "shapes_calibration.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_contract_holds_the_derived_limits() -> None:
+    from pytest_ditgate.quality import load_contract
+
+    calibration = _calibration()
+    record = json.loads(RESULTS.read_text())
+    limits = calibration.derive_limits(record["stats"], record["raw"], record["images"],
+                                         calibration.load_kernel_order())
+    contract = load_contract(ROOT / "fixtures" / "quality_contract.toml")
+    rules = {(r.metric, r.experiment_class): r for r in contract.rules("numerical") + contract.rules("quantization")
+             if r.applies_to(calibration.CASE)}
+    for metric in calibration.LEARNED:
+        noise = limits["noise"][metric]
+        assert rules[(metric, "quantization")].noise == pytest.approx(noise, rel=1e-3)
+        assert rules[(metric, "numerical")].abs == pytest.approx(noise, rel=1e-3)
+        approximate = next(r for r in contract.rules("approximate") if r.metric == metric and r.applies_to(calibration.CASE))
+        assert approximate.abs == pytest.approx(limits["spread"][metric], rel=1e-3)
+    assert rules[("class_accuracy", "numerical")].min == pytest.approx(limits["accuracy_floor"], abs=0.005)
+    general = {m: {"numerical": {("min" if m in ("psnr", "ssim", "cosine") else "max"): rules[(m, "numerical")].min
+                                 if m in ("psnr", "ssim", "cosine") else rules[(m, "numerical")].max}}
+               for m in calibration.PAIR}
+    for name, table in calibration.shapes_tables(limits, general).items():
+        metric = name.split("@")[0]
+        key = "min" if metric in ("psnr", "ssim", "cosine") else "max"
+        rule = rules[(metric, "numerical")]
+        for dtype in ("fp32", "tf32", "bf16"):
+            want, got = table["numerical"][key][dtype], rule.limit(key, dtype)
+            assert got == pytest.approx(want, rel=2e-3), (name, dtype)
+        assert rules[(metric, "quantization")].limit(key, "int8") == pytest.approx(table["quantization"][key], rel=2e-3)
+
+
+def test_recorded_transitions_show_every_flip_and_the_harmful_changes_fail() -> None:
+    record = json.loads(RESULTS.read_text())
+    seen = {item["transition"] for item in record["transitions"]}
+    assert seen == {"pass->pass", "pass->fail", "fail->pass", "fail->fail"}
+    verdicts = {(item["variant"], item["baseline"]): item["passed"] for item in record["transitions"]}
+    assert not verdicts[("erf-gelu", "baseline")] and not verdicts[("dropped-shift", "baseline")]
+    honest = ("fast-fp32", "tf32", "bf16", "candidate-bf16", "int8-weights", "steps-25", "steps-10", "dpm-25", "euler-50")
+    assert all(verdicts[(name, "baseline")] for name in honest)
+    assert record["arch"] == "sm_90" and math.isfinite(record["seconds"])
+
+
+def test_no_shapes_pixel_limit_passes_the_dropped_shift() -> None:
+    """Every pixel/latent limit the rule sets for the shapes cases can fail: the dropped adaLN shift's worst
+    recorded value violates each one, for every dtype (a bound below zero correlation would pass it)."""
+    from pytest_ditgate.quality import load_contract
+
+    calibration = _calibration()
+    record = json.loads(RESULTS.read_text())
+    broken = record["stats"]["dropped-shift"]
+    contract = load_contract(ROOT / "fixtures" / "quality_contract.toml")
+    for cls in ("numerical", "quantization"):
+        for rule in contract.rules(cls):
+            if rule.metric not in calibration.PAIR or not rule.applies_to(calibration.CASE):
+                continue
+            higher = rule.metric in ("psnr", "ssim", "cosine")
+            for dtype in (("fp32", "tf32", "bf16") if cls == "numerical" else ("int8",)):
+                limit = rule.limit("min" if higher else "max", dtype)
+                worst = broken[rule.metric]["min" if higher else "max"]
+                assert (worst < limit) if higher else (worst > limit), (cls, rule.metric, dtype, worst, limit)

@@ -1,0 +1,115 @@
+"""The judge's reading of a child's evidence, unit by unit (no child process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from pytest_ditgate.bench.stats import ratio_interval
+from pytest_ditgate.experiment.evidence import REFERENCE_DRIFT, ChildEvidence, _device_label, judge_outputs, judge_timings
+from pytest_ditgate.verdict.outcome import Category
+
+
+@pytest.mark.parametrize("key", ["sm_80.0badbeef", "cpu.zz", "gpu"])
+def test_an_output_under_another_device_or_no_key_is_an_integrity_problem(tmp_path: Path, key: str) -> None:
+    evidence = ChildEvidence(tmp_path / "out", outputs=[{"name": "case", "key": key, "file": "case.safetensors"}])
+    problems: list[tuple[Category, str]] = []
+    assert judge_outputs(tmp_path, evidence, [], "exact", None, "sm_90", problems) == []
+    assert problems == [(Category.INTEGRITY,
+                         f"output case@{key}: device key {key!r} is neither cpu nor this device")]
+
+
+def test_a_machine_key_output_stands_for_its_device_key() -> None:
+    assert _device_label("case@cpu.0f9e8d7c") == _device_label("case@cpu") == "case@cpu"
+    assert _device_label("a@b@sm_90.1a2b3c4d") == "a@b@sm_90"
+    assert _device_label("case@cpu.zz") == "case@cpu.zz"  # no key: stands only for itself
+
+
+def _frozen_case(root: Path, baseline: dict) -> None:
+    """A golden ``case`` under ``root/golden`` (key ``cpu``), written as a freeze run writes it."""
+    from pytest_ditgate.golden.session import GoldenSession
+    from pytest_ditgate.golden.store import GoldenStore
+
+    session = GoldenSession(GoldenStore(root / "golden"), mode="freeze")
+    session.check("case", baseline, "cpu", nodeid="t")
+    session.finish()
+
+
+def _output(root: Path, tensors: dict, quality: dict | None = None) -> ChildEvidence:
+    from safetensors.torch import save_file
+
+    out = root / "out"
+    out.mkdir()
+    save_file(tensors, str(out / "case.safetensors"))
+    return ChildEvidence(out, outputs=[{"name": "case", "key": "cpu", "file": "case.safetensors",
+                                        "quality": quality or {}}])
+
+
+def test_recorded_kinds_reach_the_judge_and_unjudgeable_images_are_the_candidates_fault(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    contract = tmp_path / "contract.toml"
+    contract.write_text("[metrics.rel_l2.numerical]\nmax = 1e-3\n")
+    latents = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 3  # pixel space: not [0, 1]
+    _frozen_case(tmp_path, {"latents": latents})
+    problems: list[tuple[Category, str]] = []
+    evidence = _output(tmp_path, {"latents": latents.clone()}, {"kinds": {"latents": "latent"}})
+    (record,) = judge_outputs(tmp_path, evidence, ["case@cpu"], "numerical", contract, "sm_90", problems)
+    assert problems == [] and record["passed"] and "latents.rel_l2" in record["metrics"]
+    # without the recorded kind the tensor reads as an image out of range: a verdict, never a judge crash
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    _frozen_case(bare, {"latents": latents})
+    problems = []
+    assert judge_outputs(bare, _output(bare, {"latents": latents.clone()}), [], "numerical", contract, "sm_90",
+                         problems) == []
+    assert len(problems) == 1 and problems[0][0] is Category.CRASH  # the baseline cannot be read: a setup fault
+    assert "output case@cpu: cannot be judged: image tensor 'baseline:latents'" in problems[0][1]
+    # a candidate whose images leave the declared range fails its golden: quality, named
+    images = tmp_path / "images"
+    images.mkdir()
+    _frozen_case(images, {"images": torch.rand(2, 3, 8, 8)})
+    contract.write_text("[metrics.psnr.numerical]\nmin = 30.0\n")
+    problems = []
+    judge_outputs(images, _output(images, {"images": torch.full((2, 3, 8, 8), 5.0)}), [], "numerical", contract,
+                  "sm_90", problems)
+    assert len(problems) == 1 and problems[0][0] is Category.QUALITY and "'candidate:images'" in problems[0][1]
+
+
+NAME = "tests/test_speed.py::test_fwd::candidate / baseline"
+
+
+def _comparison(mechanism: str, reference_ms: float) -> dict:
+    """A comparison record as the child writes it: the candidate at 1 ms, the baseline at ``reference_ms``."""
+    a, b = [1.0 + i * 1e-3 for i in range(9)], [reference_ms * (1 + i * 1e-3) for i in range(9)]
+    ratio = ratio_interval(a, b).ratio
+    return {"kind": "comparison", "test": "tests/test_speed.py::test_fwd", "comparison": {
+        "a": {"label": "candidate", "samples_ms": a, "mechanism": mechanism, "arch": "sm_90"},
+        "b": {"label": "baseline", "samples_ms": b}, "method": "bootstrap", "confidence": 0.95, "ratio": ratio}}
+
+
+def _judged(mechanism: str, reference_ms: float, baseline_ms: float) -> list[tuple[Category, str]]:
+    evidence = ChildEvidence(Path("out"), comparisons=[_comparison(mechanism, reference_ms)])
+    problems: list[tuple[Category, str]] = []
+    derived = judge_timings(evidence, [NAME], {NAME: baseline_ms}, problems)
+    assert [d["name"] for d in derived] == [NAME]
+    return problems
+
+
+@pytest.mark.parametrize("mechanism", ["events", "cupti"])
+def test_a_device_timed_reference_slowed_beyond_the_drift_limit_is_an_integrity_problem(mechanism: str) -> None:
+    problems = _judged(mechanism, reference_ms=2.0 * REFERENCE_DRIFT * 1.1, baseline_ms=2.0)
+    assert len(problems) == 1 and problems[0][0] is Category.INTEGRITY
+    median = 2.0 * REFERENCE_DRIFT * 1.1 * 1.004  # the fifth of nine samples
+    assert problems[0][1] == (f"{NAME}: the reference took {median:.4g} ms, {median / 2.0:.2f}x its baseline 2 ms "
+                              "(the candidate's process slowed it down)")
+
+
+@pytest.mark.parametrize("mechanism", ["events", "cupti"])
+def test_a_device_timed_reference_within_the_drift_limit_passes(mechanism: str) -> None:
+    assert _judged(mechanism, reference_ms=2.0 * REFERENCE_DRIFT * 0.9, baseline_ms=2.0) == []
+
+
+def test_the_drift_check_leaves_host_clocks_alone() -> None:
+    """A host's wall clock under load varies by more than the limit on its own."""
+    assert _judged("wall", reference_ms=2.0 * REFERENCE_DRIFT * 1.5, baseline_ms=2.0) == []

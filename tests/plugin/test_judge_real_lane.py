@@ -1,0 +1,41 @@
+"""The project's own DiT lane through the judge on the CPU: the shapes case is re-judged out of process
+with the kinds and labels its test judged it with (pixel-space latents, the learned metrics)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from judge_project import clean_env
+
+pytest.importorskip("diffusers")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, env=clean_env())
+
+
+def test_real_dit_lane_judges_the_shapes_case_on_the_learned_metrics(tmp_path: Path) -> None:
+    if not (ROOT / ".git").exists():
+        pytest.skip("needs the project's git checkout to copy the committed tree")
+    project = tmp_path / "project"
+    project.mkdir()
+    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
+    subprocess.run(["tar", "x"], input=archive, cwd=project, check=True)
+    for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "project"]):
+        subprocess.run(args, cwd=project, check=True, env=clean_env())
+    baseline = _run([sys.executable, "-m", "pytest_ditgate", "baseline", "--lane", "dit"], project)
+    assert baseline.returncode == 0, baseline.stdout[-3000:] + baseline.stderr[-3000:]
+    subprocess.run(["git", "commit", "-q", "--allow-empty", "-m", "empty"], cwd=project, check=True, env=clean_env())
+    experiment = _run([sys.executable, "-m", "pytest_ditgate", "experiment", "--lane", "dit", "--class", "numerical",
+                       "--description", "empty commit"], project)
+    assert experiment.returncode == 11, experiment.stdout[-3000:] + experiment.stderr[-3000:]  # no speedup
+    verdict = json.loads((project / ".ditgate" / "verdict.json").read_text())
+    shapes = next(record for record in verdict["quality"] if record["case"] == "shapes-ddim-20")
+    assert shapes["passed"] and {"images.class_accuracy", "images.frechet_distance"} <= set(shapes["metrics"])
+    assert "latents.rel_l2" in shapes["metrics"]  # judged as a latent, not as an image out of range
