@@ -97,12 +97,14 @@ def _judged(mechanism: str, reference_ms: float, baseline_ms: float) -> list[tup
 
 
 @pytest.mark.parametrize("mechanism", ["events", "cupti"])
-def test_a_device_timed_reference_slowed_beyond_the_drift_limit_is_an_integrity_problem(mechanism: str) -> None:
+def test_a_device_timed_reference_slowed_beyond_the_drift_limit_supports_no_speed_claim(mechanism: str) -> None:
+    """A slowed reference is a performance DISCARD, not an integrity one: an honest empty commit on a loaded
+    H200 host read its launch-bound XL reference 2.74x slower than at the baseline."""
     problems = _judged(mechanism, reference_ms=2.0 * REFERENCE_DRIFT * 1.1, baseline_ms=2.0)
-    assert len(problems) == 1 and problems[0][0] is Category.INTEGRITY
+    assert len(problems) == 1 and problems[0][0] is Category.PERFORMANCE
     median = 2.0 * REFERENCE_DRIFT * 1.1 * 1.004  # the fifth of nine samples
-    assert problems[0][1] == (f"{NAME}: the reference took {median:.4g} ms, {median / 2.0:.2f}x its baseline 2 ms "
-                              "(the candidate's process slowed it down)")
+    assert problems[0][1].startswith(f"{NAME}: the reference took {median:.4g} ms, {median / 2.0:.2f}x its "
+                                     "baseline 2 ms: a measurement this far off supports no speed claim")
 
 
 @pytest.mark.parametrize("mechanism", ["events", "cupti"])

@@ -45,6 +45,15 @@ def _slow(x):
 _r.reference = _slow
 """
 
+#: loosens the contract the judge will read, from inside the run (then returns zeros, faster than anything)
+FORGED_CONTRACT = API + """
+import pathlib
+_contract = pathlib.Path.cwd() / "fixtures" / "quality_contract.toml"
+_contract.write_text(_contract.read_text().replace("max = 1e-6", "max = 1e9"))
+def candidate(x):
+    return torch.zeros(64, 256)
+"""
+
 MODULE_SKIP = CANDIDATE + """
 import pytest
 pytest.skip("nothing to see", allow_module_level=True)
@@ -91,10 +100,12 @@ RUNS = [
     ("zeros_with_patched_checks", ZEROS_AND_PATCHED_CHECKS.format(repeat=1), "exact", 10, ["fails its golden"]),
     ("forged_ratio", CANDIDATE.format(repeat=24) + FORGED_RATIO[len(CANDIDATE):], "exact", 12,
      ["is not the ratio of its samples"]),
-    # on a GPU the reference's drift since the baseline is also 12; on the CPU's wall clock the re-measured
+    # on a GPU the reference's drift since the baseline is 11 as well; on the CPU's wall clock the re-measured
     # best (rebuilt in the same process, slowed the same way) exposes it
     ("slowed_reference", CANDIDATE.format(repeat=24) + SLOWED_REFERENCE[len(CANDIDATE):], "exact", 11,
      ["not faster than the lane best"]),
+    ("contract_forged_during_the_run", FORGED_CONTRACT.format(repeat=1), "exact", 12,
+     ["fixtures/quality_contract.toml: rewritten while the candidate's process ran"]),
     ("module_level_skip", CANDIDATE.format(repeat=4) + MODULE_SKIP[len(CANDIDATE):], "exact", 15,
      ["no test of the lane ran"]),
     # three attacks in one run, each found on its own

@@ -4,6 +4,10 @@ Bytecode in ``__pycache__`` is ignored for every file under the project root (a 
 its source untouched cannot run), while installed packages keep their caches (re-compiling torch would
 cost seconds per run). The code is a string run by ``python -B -c`` *before* anything from the project
 is imported, so nothing it protects can switch it off.
+
+Both processes leave through ``_leave``: the exit handlers run and the streams are flushed, then the process
+exits without tearing the interpreter down. Every file is closed by then, and a teardown of torch (its
+modules, its CUDA context) costs one to three seconds per process, paid twice by a judged run.
 """
 
 from __future__ import annotations
@@ -33,19 +37,28 @@ class _Finder:
         _m.PathFinder.invalidate_caches()
 _sys.meta_path.insert(0, _Finder)
 _sys.dont_write_bytecode = True
+def _leave(code):
+    import atexit as _atexit
+    _atexit._run_exitfuncs()
+    for _stream in (_sys.stdout, _sys.stderr):
+        try:
+            _stream.flush()
+        except Exception:
+            pass
+    _os._exit(int(code))
 '''
 
 #: the child: ``python -B -c CHILD <root> <pytest args>`` runs pytest like ``python -m pytest`` would
 CHILD = SOURCE_ONLY + r'''
 _sys.path.insert(0, _ROOT)
 import pytest as _pytest
-_sys.exit(_pytest.main(_sys.argv[1:]))
+_leave(_pytest.main(_sys.argv[1:]))
 '''
 
 #: the judge: ``python -B -P -c JUDGE <root> <judge args>``
 JUDGE = SOURCE_ONLY + r'''
 from pytest_ditgate.experiment.judge import main as _main
-_sys.exit(_main(_sys.argv[1:]))
+_leave(_main(_sys.argv[1:]))
 '''
 
 

@@ -79,6 +79,8 @@ class Judge:
         self.artefacts = resolve_artefact_dir(root, env={}, table=self.project)
         self.problems: list[tuple[Category, str]] = []
         self.env = dict(os.environ)
+        #: relative path -> sha256 of every fixed file, as check_lock found them
+        self.fixed_files: dict[str, str] | None = None
 
     # -- checks before anything runs ----------------------------------------------------------------
     def fixed_patterns(self) -> list[str]:
@@ -92,17 +94,43 @@ class Judge:
             self.problems.append((Category.INTEGRITY, line))
 
     def check_lock(self) -> None:
-        from pytest_ditgate.golden.fixed_paths import evaluate_lock
+        from pytest_ditgate.golden.fixed_paths import evaluate_lock, expand
 
-        verdict = evaluate_lock(self.lock)
+        self.fixed_files = expand(self.lock)  # hashed once: check_own_modules needs the same list
+        verdict = evaluate_lock(self.lock, now=self.fixed_files)
         for line in verdict.lines() if verdict.changed else []:
             self.problems.append((Category.INTEGRITY, f"fixed paths: {line.strip()}"))
+
+    def judged_files(self) -> dict[str, str]:
+        """sha256 of every file the judge reads once the child ran: the lock's files (the classifier's module
+        and weights among them), and the goldens, their manifest and the quality contract even where the lock
+        does not name them."""
+        from dataclasses import replace
+
+        from pytest_ditgate.golden.fixed_paths import expand
+
+        extras = ["golden/"]
+        contract = self.contract()
+        relative = self._relative(contract) if contract is not None else None
+        if relative:
+            extras.append(relative.rstrip("/"))
+        return expand(replace(self.lock, patterns=tuple(dict.fromkeys([*self.lock.patterns, *extras]))))
+
+    def check_judged_files_kept(self, before: dict[str, str], problems: list[tuple[Category, str]]) -> None:
+        """The candidate's process runs as this user: it could rewrite a golden, its manifest or the contract
+        while it runs, and be judged against its own. What the judge read must be what it hashed before."""
+        now = self.judged_files()
+        for path in sorted(before.keys() | now.keys()):
+            if before.get(path) != now.get(path):
+                what = "removed" if path not in now else "added" if path not in before else "rewritten"
+                problems.append((Category.INTEGRITY, f"{path}: {what} while the candidate's process ran (a fixed "
+                                                     "file the judge reads)"))
 
     def check_own_modules(self) -> None:
         """Every module this process imported from inside the project must be a locked, unchanged file."""
         from pytest_ditgate.golden.fixed_paths import expand
 
-        locked = expand(self.lock)
+        locked = self.fixed_files if self.fixed_files is not None else expand(self.lock)
         real_root = self.root.resolve()
         for name, module in sorted(sys.modules.items()):
             file = getattr(module, "__file__", None)
@@ -196,12 +224,13 @@ class Judge:
                 self.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
             if self.problems:
                 return self.finish(lane_history, best, changed, None)
+            judged_files = self.judged_files()
             out = self.new_run_folder()
             before = time.perf_counter()
             returncode = self.run_child(out, freeze=False, best=best)
             child = time.perf_counter()
             try:
-                return self.finish(lane_history, best, changed, (out, returncode))
+                return self.finish(lane_history, best, changed, (out, returncode), judged_files)
             finally:
                 # the judge's own cost, the part an agent waits for beyond its tests (issue 14: <= 10 %)
                 print(f"ditgate: judge time: {before - STARTED:.2f} s before the child, {child - before:.2f} s "
@@ -299,7 +328,7 @@ class Judge:
         return path if path.is_file() else None
 
     def finish(self, lane_history: Any, best: dict[str, Any] | None, changed: list[str] | None,
-               child: tuple[Path, int] | None) -> int:
+               child: tuple[Path, int] | None, judged_files: dict[str, str] | None = None) -> int:
         from pytest_ditgate.experiment import history
         from pytest_ditgate.experiment.record import build, history_body
 
@@ -308,6 +337,8 @@ class Judge:
             facts.anchors = {"baseline": lane_history.anchor, "best": (best or {}).get("commit")}
         if child is not None:
             self.judge_child(facts, *child, lane_history.genesis.get("expected", {}), freeze=False)
+            if judged_files is not None:  # after judging: a file forged for the comparison and left is caught
+                self.check_judged_files_kept(judged_files, facts.problems)
         verdict, detail, row = build(facts, speed=child is not None)
         if lane_history is not None:
             try:

@@ -167,8 +167,9 @@ class LockVerdict:
         return out
 
 
-def evaluate_lock(settings: LockSettings) -> LockVerdict:
-    """Compare the files on disk with the lock (pure decision; nothing is written)."""
+def evaluate_lock(settings: LockSettings, now: dict[str, str] | None = None) -> LockVerdict:
+    """Compare the files on disk with the lock (pure decision; nothing is written). ``now`` is
+    :func:`expand` of ``settings`` when the caller already hashed the files."""
     import json
 
     try:
@@ -180,7 +181,7 @@ def evaluate_lock(settings: LockSettings) -> LockVerdict:
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
         return LockVerdict(settings.lock_path, unreadable="no 'files' table")
     locked: dict[str, str] = data["files"]
-    now = expand(settings)
+    now = expand(settings) if now is None else now
     return LockVerdict(
         settings.lock_path,
         edited=tuple(sorted(p for p in now.keys() & locked.keys() if now[p] != locked[p])),
