@@ -311,9 +311,11 @@ def provenance(device: str, started: float, command: str) -> dict[str, Any]:
 
     import torch
 
+    from pytest_ditgate.device import arch_label
+
     cuda = device.startswith("cuda")
     return {"device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.machine()})",
-            "arch": ("sm_%d%d" % torch.cuda.get_device_capability(0)) if cuda else "cpu",
+            "arch": arch_label(torch.cuda.get_device_capability(0)) if cuda else "cpu",
             "torch": torch.__version__, "seconds": round(time.perf_counter() - started, 1),
             "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "command": command}
 

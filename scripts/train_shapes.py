@@ -28,9 +28,11 @@ sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 def _device_info(device: str) -> dict:
     import torch
 
+    from pytest_ditgate.device import arch_label
+
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
-        return {"name": props.name, "arch": f"sm_{props.major}{props.minor}", "cuda": torch.version.cuda}
+        return {"name": props.name, "arch": arch_label((props.major, props.minor)), "cuda": torch.version.cuda}
     return {"name": platform.processor() or "cpu", "arch": "cpu"}
 
 
