@@ -6,10 +6,14 @@ implementation under several switch combinations. For every case: a correctness 
 diffusers float32 (TF32 off) on the same inputs BEFORE timing (a failing case is not timed), compile /
 capture time, peak VRAM above the resident weights, and the forward time (median; the timer is named).
 ``--sampling`` adds 50-step DDIM sampling with CFG + VAE decode: DiTPipeline vs the fast model in the
-baseline's loop (wall clock around synchronised runs). Writes JSON with provenance to ``--out``; the
-table is printed last. One failing case never loses the others.
+baseline's loop (wall clock around synchronised runs). Every timed case also gets its rate over the
+forward's matmul FLOPs (issue 18: 3.79 TFLOP for XL/2 at batch 16) and that rate's fraction of the device
+profile's measured bf16 GEMM peak. ``--profile`` adds one traced run of each timed case, after its timing
+(the project's phase profile: GEMM, attention, norm/elementwise, copies, idle; top kernels; a Perfetto
+trace under ``<out>/profiles/``). Writes JSON with provenance to ``--out``; the tables are printed last.
+One failing case never loses the others.
 
-    python benchmarks/dit_bench.py --out benchmarks/results [--sampling] [--configs "a;b"]
+    python benchmarks/dit_bench.py --out benchmarks/results [--sampling] [--profile] [--configs "a;b"]
 """
 
 from __future__ import annotations
@@ -98,6 +102,37 @@ def time_gpu(fn: Callable[[], Any], label: str, reps: int, mechanism: str) -> di
             "n": len(samples), "mechanism": "events", "timer": f"local CUDA events per call ({reason})"}
 
 
+def forward_flops(shapes: dict[str, Any]) -> float:
+    """Matmul FLOPs of one forward: per block and image 24*T*D^2 (QKV, projection, the 4x MLP) + 4*T^2*D
+    (attention scores and values); the patch embedding, adaLN and the final layer are left out (< 1 %)."""
+    tokens, hidden, layers, batch = shapes["tokens"], shapes["hidden"], shapes["layers"], shapes["x"][0]
+    return float(batch * layers * (24 * tokens * hidden ** 2 + 4 * tokens ** 2 * hidden))
+
+
+def gemm_peak_tflops() -> tuple[float | None, str]:
+    """The device profile's measured bf16 GEMM peak (TFLOP/s), or None, and where it comes from."""
+    try:
+        import torch
+
+        from pytest_ditgate.profiles import peaks_for
+
+        props = torch.cuda.get_device_properties(0)
+        peaks, note = peaks_for(props.name, f"sm_{props.major}{props.minor}")
+    except Exception as exc:  # noqa: BLE001 - rates are then absolute
+        return None, f"no peak: {type(exc).__name__}: {exc}"
+    peak = ((peaks or {}).get("tflops") or {}).get("bf16")
+    return (float(peak) if peak else None), note
+
+
+def add_rates(results: list[dict[str, Any]], flops: float, peak: float | None) -> None:
+    """``forward_tflops`` (matmul FLOPs over the median) and its fraction of ``peak`` on each timed case."""
+    for r in results:
+        ms = (r.get("timing") or {}).get("median_ms")
+        if ms:
+            r["forward_tflops"] = flops / (ms * 1e-3) / 1e12
+            r["peak_fraction"] = r["forward_tflops"] / peak if peak else None
+
+
 def rel_l2(a: Any, b: Any) -> float:
     return float((a.double() - b.double()).norm() / b.double().norm())
 
@@ -178,7 +213,18 @@ class Bench:
             return {**entry, "status": "wrong", "timing": None}
         with torch.inference_mode():
             timing = time_gpu(timed, label, self.args.reps, mechanism)
+            if self.args.profile:  # after the timing: the timed samples never include the traced run
+                entry["profile"] = self.profile(label, timed, timing["median_ms"])
         return {**entry, "status": "ok", "timing": timing}
+
+    def profile(self, label: str, timed: Callable[[], Any], timed_ms: float) -> dict[str, Any]:
+        """The phase profile of one traced run of ``timed`` (a graph replay is traced as it is: its kernels
+        carry no FLOPs, so GEMM rates come from the eager cases)."""
+        from pytest_ditgate.bench.timers import Call
+        from pytest_ditgate.bench.tracing import profile_call
+
+        return profile_call(Call(timed), label=label, artefact_dir=Path(self.args.out), test="dit_bench",
+                            timed_ms=timed_ms).to_dict()
 
     def diffusers_eager(self) -> dict[str, Any]:
         import torch
@@ -328,7 +374,8 @@ def _public_argv(argv: list[str]) -> list[str]:
 
 
 def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
-    lines = [f"{'case':58s} {'status':7s} {'median ms':>10s} {'vs eager':>8s} {'rel-L2':>9s} {'setup s':>8s} {'peak MB':>8s}"]
+    lines = [f"{'case':58s} {'status':7s} {'median ms':>10s} {'vs eager':>8s} {'rel-L2':>9s} {'setup s':>8s} "
+             f"{'peak MB':>8s} {'TFLOP/s':>8s} {'of peak':>7s}"]
     for r in results:
         if "steps" in r:
             continue
@@ -338,7 +385,7 @@ def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
         err = r.get("rel_l2_vs_fp32")
         lines.append(f"{r['name'][:58]:58s} {r.get('status', '?'):7s} {ms if ms is None else round(ms, 3)!s:>10s} "
                      f"{speed:>8s} {'' if err is None else f'{err:.2e}':>9s} {r.get('setup_seconds', '')!s:>8s} "
-                     f"{(r.get('peak_bytes_above_weights') or 0) / 2**20:8.0f}")
+                     f"{(r.get('peak_bytes_above_weights') or 0) / 2**20:8.0f} {_rates(r)}")
     for r in results:
         if "steps" in r and r.get("status") == "ok":
             lines.append(f"sampling {r['steps']} steps x {r['images']} images + VAE: diffusers pipeline "
@@ -348,6 +395,19 @@ def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
         elif "steps" in r:
             lines.append(f"sampling: {r.get('status')} {r.get('error', '')}")
     return "\n".join(lines)
+
+
+def _rates(result: dict[str, Any]) -> str:
+    """The TFLOP/s and peak-fraction columns of one case ("" where unknown)."""
+    tflops, fraction = result.get("forward_tflops"), result.get("peak_fraction")
+    return f"{'' if tflops is None else f'{tflops:.0f}':>8s} {'' if fraction is None else f'{fraction:.0%}':>7s}"
+
+
+def profile_table(results: list[dict[str, Any]]) -> str:
+    """The phase profiles of the timed cases, as ``pytest --ditgate --ditgate-profile`` prints them."""
+    from pytest_ditgate.bench.report import profile_lines, profile_row
+
+    return "\n".join(profile_lines([profile_row(r["name"], r["profile"]) for r in results if r.get("profile")]))
 
 
 def main() -> int:
@@ -363,6 +423,7 @@ def main() -> int:
     parser.add_argument("--sampling-config", default="compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn")
     parser.add_argument("--steps", type=int, default=50)
     parser.add_argument("--sampling-reps", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="a phase profile of each timed case (one traced run)")
     args = parser.parse_args()
 
     import torch
@@ -380,7 +441,10 @@ def main() -> int:
     if args.sampling:
         bench.record("sampling", lambda: bench.sampling(args.sampling_config))
     eager = next((r.get("timing") or {} for r in bench.results if r["name"] == "diffusers eager"), {}).get("median_ms")
-    data = {"benchmark": "dit_bench", "model": "DiT-XL/2 (diffusers layout, random weights seed "
+    flops = forward_flops(bench.shapes)
+    peak, peak_note = gemm_peak_tflops()
+    add_rates(bench.results, flops, peak)
+    data = {"forward_flops": flops, "gemm_peak_tflops": peak, "gemm_peak_source": peak_note,"benchmark": "dit_bench", "model": "DiT-XL/2 (diffusers layout, random weights seed "
             f"{args.seed})", "dtype": "bfloat16", "shapes": bench.shapes, "provenance": provenance(),
             "reference": "diffusers DiTTransformer2DModel float32, TF32 off, same inputs",
             "diffusers_bf16_rel_l2": bench.diffusers_bf16_error, "check_bound": bench.bound,
@@ -391,6 +455,10 @@ def main() -> int:
     path = out / f"dit_bench_{arch}.json"
     path.write_text(json.dumps(data, indent=1, default=str))
     print(f"wrote {path}")
+    if args.profile:
+        print(profile_table(bench.results))
+    print(f"forward: {flops / 1e12:.2f} TFLOP of matmuls; GEMM peak "
+          + (f"{peak:.0f} TFLOP/s ({peak_note})" if peak else f"unknown ({peak_note})"))
     print(table(bench.results, eager))
     return 0
 

@@ -115,3 +115,41 @@ def test_a_device_timed_reference_within_the_drift_limit_passes(mechanism: str) 
 def test_the_drift_check_leaves_host_clocks_alone() -> None:
     """A host's wall clock under load varies by more than the limit on its own."""
     assert _judged("wall", reference_ms=2.0 * REFERENCE_DRIFT * 1.5, baseline_ms=2.0) == []
+
+
+def test_the_judge_reads_the_projects_weights_as_the_childs_quality_session_does(tmp_path: Path) -> None:
+    """LPIPS and CLIP weights named in [tool.ditgate] count in the judge too: a judge that knew only the
+    classifier failed honest runs whose contract requires LPIPS with 'missing weights'."""
+    from pytest_ditgate.experiment.evidence import _project_models
+
+    (tmp_path / "pyproject.toml").write_text('[tool.ditgate]\nlpips_weights = "weights/lpips.pth"\n'
+                                             'clip_weights = "/abs/clip.bin"\nclip_model = "ViT-L-14"\n'
+                                             'classifier = "pkg.scorer:make"\n')
+    config = _project_models(tmp_path).config
+    assert config.lpips == str(tmp_path / "weights" / "lpips.pth")
+    assert config.clip == "/abs/clip.bin" and config.clip_model == "ViT-L-14"
+    assert config.classifier == "pkg.scorer:make" and config.root == str(tmp_path)
+
+
+@pytest.mark.parametrize("project", ["none", "default_file", "named"])
+def test_the_judge_reads_the_contract_the_childs_quality_session_reads(pytester: pytest.Pytester, project: str) -> None:
+    """A project without a contract file is judged by the packaged default in the child; the judge compared
+    its outputs with a plain tensor comparator instead, so the two could disagree on the same tensors."""
+    from pytest_ditgate.experiment.judge import Judge
+    from pytest_ditgate.quality.contract import packaged_contract_path
+    from pytest_ditgate.quality.quality_plugin import QualitySession
+
+    root = pytester.path
+    if project == "default_file":
+        (root / "fixtures").mkdir()
+        (root / "fixtures" / "quality_contract.toml").write_text("# the project's own\n")
+    if project == "named":
+        pytester.makepyprojecttoml('[tool.ditgate]\nquality_contract = "contracts/strict.toml"\n')
+    config = pytester.parseconfigure(root)
+    childs = QualitySession.from_config(config).contract_path
+    judge = Judge.__new__(Judge)  # only what contract() reads
+    judge.root, judge.project = root, ({"quality_contract": "contracts/strict.toml"} if project == "named" else {})
+    assert judge.contract() == childs
+    expected = {"none": packaged_contract_path(), "default_file": root / "fixtures" / "quality_contract.toml",
+                "named": root / "contracts" / "strict.toml"}[project]
+    assert childs == expected

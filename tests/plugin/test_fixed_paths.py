@@ -119,3 +119,24 @@ def test_relock_needs_ditgate_and_bad_setting_is_a_usage_error(project: pytest.P
     result = project.runpytest("--ditgate")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*fixed_paths must be a list of strings*"])
+
+
+def test_expand_reuses_digests_taken_a_moment_before_and_hashes_the_rest(tmp_path) -> None:
+    """The judge hashes the lock's files once before its child: the wider set it re-checks afterwards takes
+    their digests as given and reads only the files the lock does not name."""
+    import hashlib
+
+    from pytest_ditgate.golden.fixed_paths import LockSettings, expand
+
+    (tmp_path / "fixed").mkdir()
+    (tmp_path / "golden").mkdir()
+    (tmp_path / "fixed" / "a.py").write_text("a = 1\n")
+    (tmp_path / "golden" / "manifest.json").write_text("{}\n")
+    lock = LockSettings(tmp_path, ("fixed/",), tmp_path / "golden" / "fixed_paths.lock.json")
+    first = expand(lock)
+    assert first == {"fixed/a.py": hashlib.sha256(b"a = 1\n").hexdigest()}
+    wider = LockSettings(tmp_path, ("fixed/", "golden/"), lock.lock_path)
+    marked = {"fixed/a.py": "given"}
+    assert expand(wider, marked) == {"fixed/a.py": "given",
+                                     "golden/manifest.json": hashlib.sha256(b"{}\n").hexdigest()}
+    assert expand(wider)["fixed/a.py"] == first["fixed/a.py"]  # without known digests every file is read

@@ -95,3 +95,22 @@ def test_gates_off_load_only_the_light_modules(pytester: pytest.Pytester) -> Non
              "pytest_ditgate.verdict.plugin", "pytest_ditgate.correctness.checks", "pytest_ditgate.device",
              "pytest_ditgate.requirements", "pytest_ditgate.environment"}
     assert not loaded & heavy, sorted(loaded & heavy)
+
+
+def test_gates_on_load_no_phase_profiling_until_a_profile_is_taken(pytester: pytest.Pytester) -> None:
+    """Startup cost guard with --ditgate: the phase table, trace summaries and traffic models load only with
+    a profile to report (about 12 ms of regex and table set-up otherwise paid by every gated run)."""
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    pytester.makeconftest(textwrap.dedent("""
+        import sys
+        def pytest_collection_finish(session):
+            loaded = sorted(m for m in sys.modules if m.startswith("pytest_ditgate."))
+            print("LOADED=" + ",".join(loaded))
+    """))
+    result = pytester.runpytest_subprocess("--ditgate", "--co", "-q", "-s", "-p", "no:cacheprovider")
+    line = next(l for l in result.stdout.lines if l.startswith("LOADED="))
+    loaded = set(line[len("LOADED="):].split(","))
+    assert "pytest_ditgate.bench.plugin" in loaded  # the gates are on
+    profiling = {"pytest_ditgate.bench.profiling", "pytest_ditgate.bench.phases", "pytest_ditgate.bench.traffic",
+                 "pytest_ditgate.bench.tracing"}
+    assert not loaded & profiling, sorted(loaded & profiling)

@@ -139,3 +139,27 @@ def test_tampered_bytecode_of_a_fixed_module_never_runs(judged: Project) -> None
     # the reference that ran was the source's, not the tampered bytecode's (which says so when imported;
     # a ratio of timings would say it too, but a host clock under load cannot be trusted to)
     assert not tampered_marker(judged).exists(), "the tampered bytecode of a fixed module was imported"
+
+
+@pytest.mark.slow
+def test_the_judge_does_not_slow_its_childs_timed_calls(judged: Project) -> None:
+    """A no-op re-measured against the lane best reads about 1 with a narrow interval. On two cores the
+    judge's imports beside the child once made a third of the calls 4x slower: intervals such as
+    0.19..0.92, and no-ops (an attack too) kept."""
+    judged.commit("no-op")
+    result = judged.experiment()
+    assert result.returncode == 11, result.stdout[-4000:]
+    remeasured = judged.verdict()["verdict"]["objective"]["vs_best"]
+    low, high = (float(v) for v in remeasured.split("(CI ")[1].split(",")[0].split(".."))
+    assert 0.9 < low and high < 1.1, remeasured
+
+
+def test_the_judge_works_beside_its_child_only_with_cores_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from pytest_ditgate.experiment import judge
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(2)), raising=False)
+    assert judge.cores_to_spare() is False
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(judge.OVERLAP_MIN_CPUS)), raising=False)
+    assert judge.cores_to_spare() is True

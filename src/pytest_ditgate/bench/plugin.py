@@ -12,7 +12,6 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_ditgate.bench.ledger import LEDGER_FILE
-from pytest_ditgate.bench.profiling import PROFILE_DIR
 from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM, PROFILE
 from pytest_ditgate.context import get_context
 from pytest_ditgate.keys import kernel_checks_key
@@ -170,6 +169,8 @@ class BenchReporter:
         artefacts = get_context(self.config).artefact_dir
         terminalreporter.write_line(f"ledger: {artefacts / LEDGER_FILE}")
         if any(r.get("kind") == "profile" for r in self.rows):
+            from pytest_ditgate.bench.profiling import PROFILE_DIR
+
             terminalreporter.write_line(f"phase profiles: Chrome/Perfetto traces under {artefacts / PROFILE_DIR}/ "
                                         "(open in https://ui.perfetto.dev or chrome://tracing)")
 

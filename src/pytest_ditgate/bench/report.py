@@ -118,6 +118,13 @@ def idle_line(profile: dict[str, Any]) -> str | None:
     return text
 
 
+def profile_name(test: str, profile: dict[str, Any]) -> str:
+    """How a profile is named in the terminal and the HTML report: the test's name, then ``[label]``."""
+    name = str(test).rsplit("::", 1)[-1]
+    label = profile.get("label")
+    return f"{name}[{label}]" if label and str(label) != name else name
+
+
 def profile_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Per profile: one row of phase shares (a table), then its top kernels, trace file and notes."""
     from pytest_ditgate.bench.phases import LABELS, PHASES
@@ -131,9 +138,7 @@ def profile_lines(rows: list[dict[str, Any]]) -> list[str]:
     details: list[list[str]] = []
     shared = set.intersection(*(set(r.get("notes") or []) for r in profiles)) if len(profiles) > 1 else set()
     for r in profiles:
-        name = r["test"].rsplit("::", 1)[-1]
-        if r.get("label") and r["label"] != name:
-            name += f"[{r['label']}]"
+        name = profile_name(r["test"], r)
         phases = r.get("phases") or {}
         timed = r.get("timed_idle") or {}
         table.append((name, r.get("source", "?"), _ms(r["span_ms"]) if r.get("phases") else "-")

@@ -210,13 +210,12 @@ def _device_or_none(key: str) -> str | None:
 
 
 def _project_models(root: Path) -> Any:
-    """The learned-metric models of the project (its ``[tool.ditgate] classifier``), loaded on first use."""
+    """The project's perceptual models (its ``[tool.ditgate]`` weights and classifier, as the child's quality
+    session reads them), loaded on first use."""
     from pytest_ditgate.project_config import load_project_config
     from pytest_ditgate.quality.perceptual import PerceptualModels, WeightsConfig
 
-    classifier = load_project_config(root).get("classifier")
-    return PerceptualModels(WeightsConfig(classifier=classifier if isinstance(classifier, str) else None,
-                                          root=str(root)))
+    return PerceptualModels(WeightsConfig.from_settings(root, load_project_config(root)))
 
 
 def _quality_inputs(record: dict[str, Any], shared: dict[str, Any], models: Any) -> dict[str, Any]:

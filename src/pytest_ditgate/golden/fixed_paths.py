@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import pytest
 
@@ -109,8 +109,9 @@ def _included(path: Path, lock_path: Path) -> bool:
             and not path.name.endswith(_SKIP_SUFFIXES))
 
 
-def expand(settings: LockSettings) -> dict[str, str]:
-    """Relative posix path -> sha256 for every file the patterns name (sorted)."""
+def expand(settings: LockSettings, known: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Relative posix path -> sha256 for every file the patterns name (sorted). ``known``: digests of an
+    :func:`expand` of the same moment, not computed again."""
     root = settings.rootdir
     files: set[Path] = set()
     tables: dict[str, str] = {}
@@ -130,7 +131,11 @@ def expand(settings: LockSettings) -> dict[str, str]:
         else:
             found = [target]
         files.update(p for p in found if _included(p, settings.lock_path))
-    hashed = {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(files)}
+    known = known or {}
+    hashed = {}
+    for path in sorted(files):
+        relative = path.relative_to(root).as_posix()
+        hashed[relative] = known.get(relative) or hashlib.sha256(path.read_bytes()).hexdigest()
     return dict(sorted({**hashed, **tables}.items()))
 
 

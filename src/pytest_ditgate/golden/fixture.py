@@ -43,13 +43,14 @@ def machine_fingerprint(device: Any = "cpu") -> str:
 
     import torch
 
+    from pytest_ditgate.device import arch_label
     from pytest_ditgate.toolchain import package_version
 
     device = torch.device(device)
     parts = [f"torch {torch.__version__}", f"diffusers {package_version('diffusers')}"]
     if device.type == "cuda":
         props = torch.cuda.get_device_properties(device)
-        parts += [props.name, f"sm_{props.major}{props.minor}", f"{props.multi_processor_count} SMs",
+        parts += [props.name, arch_label((props.major, props.minor)), f"{props.multi_processor_count} SMs",
                   f"CUDA {torch.version.cuda}", f"cuDNN {torch.backends.cudnn.version()}"]
     else:
         parts += [platform.machine(), _cpu_model(), f"ISA {torch.backends.cpu.get_cpu_capability()}",

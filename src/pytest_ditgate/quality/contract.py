@@ -56,6 +56,16 @@ PACKAGED_CONTRACT = "default_contract.toml"
 def packaged_contract_path() -> Path:
     """Where the shipped default contract is (a file inside the installed package)."""
     return Path(__file__).with_name(PACKAGED_CONTRACT)
+
+
+def contract_path_for(root: Path, configured: str | None) -> Path:
+    """The contract a project is judged by: the one it names, else its ``fixtures/quality_contract.toml``, else
+    the packaged default. The one reading shared by the quality session and the judge, so both compare alike."""
+    if configured:
+        named = Path(configured).expanduser()
+        return named if named.is_absolute() else root / named
+    default = root / DEFAULT_CONTRACT_PATH
+    return default if default.exists() else packaged_contract_path()
 TOP_KEYS = ("contract", "images", "metrics")
 META_KEYS = ("version", "description")
 IMAGE_KEYS = ("range", "tile")

@@ -15,7 +15,7 @@ import re
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from pytest_ditgate.errors import DitgateUsageError
 
@@ -57,6 +57,25 @@ class WeightsConfig:
     clip_model: str = DEFAULT_CLIP_MODEL
     classifier: str | None = None  # "package.module:callable" (quality.learned)
     root: str | None = None  # the project root, where the classifier's package may live
+
+    @classmethod
+    def from_settings(cls, root: Path | str, settings: Mapping[str, Any]) -> "WeightsConfig":
+        """The weights a project names, keyed as in ``[tool.ditgate]`` (``lpips_weights``, ``clip_weights``,
+        ``clip_model``, ``classifier``; relative paths are the root's): one reading for the pytest session
+        and the experiment judge, so both judge with the same models."""
+        def text(key: str) -> str | None:
+            value = settings.get(key)
+            return value if isinstance(value, str) and value else None
+
+        def rooted(key: str) -> str | None:
+            path = text(key)
+            if path is None:
+                return None
+            candidate = Path(path).expanduser()
+            return str(candidate if candidate.is_absolute() else Path(root) / candidate)
+
+        return cls(lpips=rooted("lpips_weights"), clip=rooted("clip_weights"),
+                   clip_model=text("clip_model") or DEFAULT_CLIP_MODEL, classifier=text("classifier"), root=str(root))
 
 
 def torch_hub_checkpoints() -> Path:

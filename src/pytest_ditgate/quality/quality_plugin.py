@@ -50,7 +50,7 @@ class QualitySession:
     @classmethod
     def from_config(cls, config: pytest.Config) -> "QualitySession":
         from pytest_ditgate.project_config import load_project_config
-        from pytest_ditgate.quality.contract import DEFAULT_CONTRACT_PATH, packaged_contract_path
+        from pytest_ditgate.quality.contract import contract_path_for
         from pytest_ditgate.quality.perceptual import WeightsConfig
 
         root = Path(config.rootpath)
@@ -67,13 +67,9 @@ class QualitySession:
                     raise pytest.UsageError(f"[tool.ditgate] {TOOL_KEYS[spec]} must be a string, got {value!r}")
             values[spec] = value
         explicit = values[CONTRACT] is not None
-        contract = _rooted(root, values[CONTRACT] or DEFAULT_CONTRACT_PATH)
-        if not explicit and not contract.exists():  # a project without a contract gets the shipped default
-            contract = packaged_contract_path()
-        weights = WeightsConfig(lpips=_rooted_str(root, values[LPIPS_WEIGHTS]),
-                                clip=_rooted_str(root, values[CLIP_WEIGHTS]),
-                                clip_model=values[CLIP_MODEL] or CLIP_MODEL.default, classifier=values[CLASSIFIER],
-                                root=str(root))
+        contract = contract_path_for(root, values[CONTRACT])
+        weights = WeightsConfig.from_settings(root, {TOOL_KEYS[spec]: values[spec]
+                                                     for spec in (LPIPS_WEIGHTS, CLIP_WEIGHTS, CLIP_MODEL, CLASSIFIER)})
         return cls(root, contract, explicit, values[EXPERIMENT_CLASS] or DEFAULT_CLASS, weights)
 
     def contract(self) -> "QualityContract":
@@ -93,15 +89,6 @@ class QualitySession:
 
             self._models = PerceptualModels(self.weights)
         return self._models
-
-
-def _rooted(root: Path, path: str) -> Path:
-    candidate = Path(path).expanduser()
-    return candidate if candidate.is_absolute() else root / candidate
-
-
-def _rooted_str(root: Path, path: str | None) -> str | None:
-    return None if not path else str(_rooted(root, path))
 
 
 quality_session_key = pytest.StashKey[QualitySession]()

@@ -213,15 +213,9 @@ def _phase_profiles(records: list[dict[str, Any]], notes: list[str], path: Path)
     return found[-MAX_PROFILES:]
 
 
-def _profile_name(test: str, profile: dict[str, Any]) -> str:
-    name = test.rsplit("::", 1)[-1]
-    label = _text(profile.get("label"))
-    return f"{name}[{label}]" if label and label != name else name
-
-
 def _profile_rows(profiles: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
     from pytest_ditgate.bench.phases import PHASES
-    from pytest_ditgate.bench.report import kernel_rate
+    from pytest_ditgate.bench.report import kernel_rate, profile_name
 
     rows = []
     for test, profile in profiles:
@@ -233,7 +227,7 @@ def _profile_rows(profiles: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]
         if gemm_text and _num(gemm.get("peak_fraction")) is not None:
             gemm_text += f" ({gemm['peak_fraction']:.0%} of {_text(gemm.get('dtype'))} peak)"
         notes = profile.get("notes") if isinstance(profile.get("notes"), list) else []
-        rows.append([_profile_name(test, profile), _text(profile.get("source")), _text(profile.get("arch")),
+        rows.append([profile_name(test, profile), _text(profile.get("source")), _text(profile.get("arch")),
                      _fmt(profile.get("span_ms"), ".4f")]
                     + [_fmt(_obj(phases.get(p)).get("share"), ".1%") for p in PHASES]
                     + [_fmt(profile.get("timed_ms"), ".4f"), _fmt(_obj(profile.get("timed_idle")).get("share"), ".1%")]
@@ -247,6 +241,7 @@ def phase_plot(profiles: list[tuple[str, dict[str, Any]]]) -> str | None:
 
     Raises ImportError without matplotlib (the caller says so on the page)."""
     from pytest_ditgate.bench.phases import LABELS, PHASES
+    from pytest_ditgate.bench.report import profile_name
 
     shown = [(test, p) for test, p in profiles if _obj(p.get("phases"))]
     if not shown:
@@ -257,7 +252,7 @@ def phase_plot(profiles: list[tuple[str, dict[str, Any]]]) -> str | None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(8, 0.45 * len(shown) + 1.4))
-    names = [_profile_name(test, p) for test, p in shown]
+    names = [profile_name(test, p) for test, p in shown]
     left = [0.0] * len(shown)
     for phase in PHASES:
         widths = [float(_obj(_obj(p["phases"]).get(phase)).get("ms") or 0.0) for _, p in shown]
