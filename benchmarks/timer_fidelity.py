@@ -231,13 +231,18 @@ def summarize(rows: list[dict]) -> dict:
             continue
         entry: dict[str, Any] = {"median_ms": statistics.median(r[f"{key}_ms"] for r in rows)}
         for label, truth in (("error", "truth_ms"), ("error_in_graph", "truth_graph_ms")):
-            errors = [abs(r[f"{key}_ms"] / r[truth] - 1) for r in rows]
+            errors = round_errors(rows, key, truth)
             entry[label] = statistics.median(errors)
             entry[f"{label}_spread"] = [min(errors), max(errors)]
         if f"{key}_cv" in rows[0]:
             entry["cv"] = statistics.median(r[f"{key}_cv"] for r in rows)
         summary[key] = entry
     return summary
+
+
+def round_errors(rows: list[dict], key: str, truth: str) -> list[float]:
+    """|reading / truth - 1| of mechanism ``key`` in each round against the ``truth`` column."""
+    return [abs(r[f"{key}_ms"] / r[truth] - 1) for r in rows]
 
 
 def spread(values: list[float]) -> float:
@@ -377,9 +382,8 @@ def run_targets(results: dict, run: int) -> list[dict]:
 def pooled_comparison(name: str, row: dict) -> list[dict]:
     """"graph at least as close as do_bench_cudagraph": the median error against the in-graph truth over the
     rounds of every run whose trace is sound, one target for all runs."""
-    errors = {key: [abs(r[f"{key}_ms"] / r["truth_graph_ms"] - 1)
-                    for run in row.get("runs", []) if run.get("truth_graph_valid", True)
-                    for r in run.get("rounds", []) if f"{key}_ms" in r and r.get("truth_graph_ms")]
+    sound = [r for run in row.get("runs", []) if run.get("truth_graph_valid", True) for r in run.get("rounds", [])]
+    errors = {key: round_errors([r for r in sound if f"{key}_ms" in r], key, "truth_graph_ms")
               for key in ("graph", "do_bench_cudagraph")}
     if not errors["graph"] or not errors["do_bench_cudagraph"]:
         return []
