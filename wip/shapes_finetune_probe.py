@@ -5,6 +5,7 @@ then sample and score it. Not a benchmark of the project; it produced the number
     python3 wip/shapes_finetune_probe.py --steps 100                      # float32, no cap
     python3 wip/shapes_finetune_probe.py --steps 150 --cap 50 --weight 0.01
     python3 wip/shapes_finetune_probe.py --steps 10 --bf16                # bf16 autocast (slow on a CPU)
+    python3 wip/shapes_finetune_probe.py --steps 1 --attribute            # which weights' share repairs it
 
 Fine-tunes with AdamW (betas 0.9/0.99, no weight decay, gradient clipping at 1), no EMA, on batches from the
 family (data seed 1); every ``--every`` steps prints the float32 loss and largest attention logit on fixed
@@ -34,6 +35,8 @@ def main() -> int:
     parser.add_argument("--bf16", action="store_true")
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--per-class", type=int, default=10)
+    parser.add_argument("--attribute", action="store_true",
+                        help="after the steps, apply their change to one group of weights at a time; no sampling")
     args = parser.parse_args()
 
     import torch
@@ -84,6 +87,7 @@ def main() -> int:
         return "; ".join(parts)
 
     print("start", evaluate(), flush=True)
+    before = {name: value.clone() for name, value in transformer.state_dict().items()}
     optimiser = torch.optim.AdamW(transformer.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
     generator = torch.Generator().manual_seed(1)
     transformer.train()
@@ -104,6 +108,19 @@ def main() -> int:
         optimiser.step()
         if step % args.every == 0:
             print(step, evaluate(), f"{time.perf_counter() - started:.0f} s", flush=True)
+    if args.attribute:
+        after = {name: value.clone() for name, value in transformer.state_dict().items()}
+        blocks = len(transformer.transformer_blocks)
+        groups = {"block 0": ["transformer_blocks.0."], "block 1": ["transformer_blocks.1."],
+                  "block 1 attention": ["transformer_blocks.1.attn1."],
+                  "block 1 adaLN": ["transformer_blocks.1.norm1."], "block 1 MLP": ["transformer_blocks.1.ff."],
+                  f"blocks 2-{blocks - 1}": [f"transformer_blocks.{i}." for i in range(2, blocks)],
+                  "patch embedding": ["pos_embed."], "final layer": ["proj_out", "norm_out"]}
+        for name, prefixes in groups.items():
+            transformer.load_state_dict({key: after[key] if any(key.startswith(p) for p in prefixes) else before[key]
+                                         for key in before})
+            print(f"only {name}:", evaluate(), flush=True)
+        return 0
     transformer.eval()
     labels = [label for label in range(NUM_CLASSES) for _ in range(args.per_class)]
     images = sample(model, labels, seed=0, steps=50, guidance_scale=4.0).images
