@@ -6,6 +6,7 @@ then sample and score it. Not a benchmark of the project; it produced the number
     python3 wip/shapes_finetune_probe.py --steps 150 --cap 50 --weight 0.01
     python3 wip/shapes_finetune_probe.py --steps 10 --bf16                # bf16 autocast (slow on a CPU)
     python3 wip/shapes_finetune_probe.py --steps 1 --attribute            # which weights' share repairs it
+    python3 wip/shapes_finetune_probe.py --steps 2 --every 1 --compile --attribute   # through torch.compile
 
 Fine-tunes with AdamW (betas 0.9/0.99, no weight decay, gradient clipping at 1), no EMA, on batches from the
 family (data seed 1); every ``--every`` steps prints the float32 loss and largest attention logit on fixed
@@ -33,6 +34,7 @@ def main() -> int:
     parser.add_argument("--cap", type=float, default=0.0, help="logit cap of the penalty (0: none)")
     parser.add_argument("--weight", type=float, default=0.01)
     parser.add_argument("--bf16", action="store_true")
+    parser.add_argument("--compile", action="store_true", help="train through torch.compile (evaluate eager)")
     parser.add_argument("--every", type=int, default=25)
     parser.add_argument("--per-class", type=int, default=10)
     parser.add_argument("--attribute", action="store_true",
@@ -86,6 +88,7 @@ def main() -> int:
         transformer.train()
         return "; ".join(parts)
 
+    forward = torch.compile(transformer) if args.compile else transformer
     print("start", evaluate(), flush=True)
     before = {name: value.clone() for name, value in transformer.state_dict().items()}
     optimiser = torch.optim.AdamW(transformer.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.0)
@@ -97,7 +100,7 @@ def main() -> int:
         maxima.clear()
         torch.manual_seed(step)  # diffusers' LabelEmbedding drops labels from the global generator in train mode
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
-            predicted = transformer(xt, timestep=t, class_labels=labels).sample
+            predicted = forward(xt, timestep=t, class_labels=labels).sample
         loss = F.mse_loss(predicted.float(), noise)
         if args.cap:
             penalty = sum((F.relu(m.float() - args.cap) ** 2).mean() for m in maxima) / args.cap ** 2
