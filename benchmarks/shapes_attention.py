@@ -158,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from dit_impl.baseline import load_model
 
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False  # float32 means float32
     started = time.perf_counter()
     timesteps = [int(t) for t in args.timesteps.split(",")]
     if not all(0 <= t < 1000 for t in timesteps):
