@@ -18,8 +18,9 @@ float32, eager. For every block's self-attention the script recomputes the pre-s
 
 Diffusers' DiT has no QK norm: adaLN's scale multiplies the attention input, so logits can grow without
 bound at the noise levels where training pushes attention to be sharp. Where a logit is in the thousands,
-bf16's 8-bit mantissa moves it by tens and the softmax row is another one: a bf16-trained model there is
-trained on attention it does not compute. The table is printed last; ``--json`` writes it with provenance.
+bf16's 8-bit mantissa moves it by tens and the softmax row is another one (whether that harms training is
+not shown: the shipped weights' loss is the same in both). The table is printed last; ``--json`` writes it
+with provenance.
 """
 
 from __future__ import annotations
@@ -27,14 +28,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import platform
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from harness import ROOT, log  # noqa: F401 - puts the repository on sys.path
+from shapes_calibration import provenance
 
 DEFAULT_TIMESTEPS = (999, 500, 200, 50, 10, 0)
 
@@ -167,14 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     transformer = model.transformer.eval()
     rows, losses = measure(transformer, timesteps, args.images, args.seed, args.device)
     tokens = (transformer.config.sample_size // transformer.config.patch_size) ** 2
-    cuda = args.device.startswith("cuda")
+    command = "python3 benchmarks/shapes_attention.py " + " ".join(sys.argv[1:] if argv is None else argv)
     record = {"what": "attention logits of dit-s-shapes per block and timestep (benchmarks/shapes_attention.py)",
               "weights": weights_record(args.weights), "images": args.images, "seed": args.seed,
-              "device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.machine()})",
-              "torch": torch.__version__, "diffusers": diffusers.__version__,
-              "seconds": round(time.perf_counter() - started, 1),
-              "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "command": "python3 benchmarks/shapes_attention.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              **provenance(args.device, started, command), "diffusers": diffusers.__version__,
               "losses": losses, "rows": rows}
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

@@ -329,13 +329,18 @@ def target(name: str, value: Any, limit: str, passed: bool | None, shown: str) -
     return {"name": name, "value": value, "limit": limit, "pass": passed, "shown": shown}
 
 
+def judged(name: str) -> bool:
+    """Whether a fidelity case is judged: the bf16 matmul's regimes are only reported (module docstring)."""
+    return not name.startswith("matmul")
+
+
 def run_targets(results: dict, run: int) -> list[dict]:
     """The targets of run ``run`` (0-based): fidelity from that run's rounds; with run 0, the targets judged once
     (graph against do_bench_cudagraph over every run's rounds, detection, the ledger)."""
     out = []
     for name, row in results.get("fidelity", {}).items():
         rounds = row["runs"][run] if run < len(row.get("runs", [])) else {}
-        if name.startswith("matmul"):
+        if not judged(name):
             if rounds.get("auto") and rounds.get("graph"):
                 out.append(target(f"{name}: regimes reported", None, "info", None,
                                   f"truth {rounds['truth_ms']:.4f} / auto {rounds['auto']['median_ms']:.4f} / "
@@ -364,7 +369,7 @@ def run_targets(results: dict, run: int) -> list[dict]:
                               f"{rounds['graph_vs_host_launched'] * 100:+.2f}% in a graph"))
     if run == 0:  # the targets judged once over every run
         for name, row in results.get("fidelity", {}).items():
-            if not name.startswith("matmul"):
+            if judged(name):
                 out += pooled_comparison(name, row)
         for mechanism, rows in results.get("detection", {}).items():
             if not isinstance(rows, dict) or "slowdown_flagged" not in rows:
