@@ -19,6 +19,7 @@ sha256, before every load.
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import hashlib
 import json
@@ -364,7 +365,7 @@ class JitSpec:
                 f"{plan.lock_path} held by another process ({env.LOCK_TIMEOUT} sets the wait)") from None
 
     def _build_uncached(self, archs: str | Sequence[str | arch_mod.Arch] | None) -> LoadedModule:
-        root = Path(tempfile.mkdtemp(prefix=f"ditgate-kernels-nocache-{self.name}-"))
+        root = _scratch_root(self.name)
         plan = self.plan(archs, cache_root=root / "cache", gen_root=root / "generated")
         if env.no_compile():
             raise MissingJitCacheError(self.name, plan.artefact,
@@ -373,6 +374,14 @@ class JitSpec:
         log.warning("kernel module %s: DITGATE_KERNELS_NO_CACHE=1, building in %s", self.name, root)
         meta = self.build(plan)
         return self.load(plan, meta, origin="built-nocache")
+
+
+def _scratch_root(name: str) -> Path:
+    """A fresh build folder for ``DITGATE_KERNELS_NO_CACHE=1``, removed when the process exits (a loaded
+    library stays mapped once its file is gone): a run that ignores the cache leaves nothing behind."""
+    root = Path(tempfile.mkdtemp(prefix=f"ditgate-kernels-nocache-{name}-"))
+    atexit.register(shutil.rmtree, root, ignore_errors=True)
+    return root
 
 
 def module_uri(op: str, **params: Any) -> str:

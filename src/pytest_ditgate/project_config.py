@@ -39,6 +39,12 @@ def load_project_config(root: str | Path) -> dict[str, Any]:
     return table
 
 
+def project_path(root: str | Path, raw: str) -> Path:
+    """A path a project setting or option names: ``~`` expanded, a relative one taken from ``root``."""
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else Path(root) / path
+
+
 def string_list(config: dict[str, Any], key: str, *, where: str = "[tool.ditgate]") -> list[str]:
     """A list-of-strings setting, validated (a bare string is a usage error, not a one-item list)."""
     value = config.get(key, [])

@@ -121,13 +121,18 @@ def test_no_compile_switch_loads_a_valid_cache(prebuilt, jit_env, monkeypatch) -
     assert tiny_spec(prebuilt["source"]).build_and_load("8.6 9.0").origin == "cache"
 
 
-def test_no_cache_switch_builds_in_a_fresh_temporary_folder(prebuilt, jit_env, monkeypatch) -> None:
-    cache = copy_cache(prebuilt, jit_env)
-    monkeypatch.setenv("DITGATE_KERNELS_NO_CACHE", "1")
-    module = tiny_spec(prebuilt["source"]).build_and_load("9.0")
-    assert module.origin == "built-nocache"
-    assert cache not in module.path.parents
+def test_no_cache_switch_builds_in_a_fresh_temporary_folder_removed_at_exit(prebuilt, tmp_path) -> None:
+    """The build runs in a process of its own, so its exit handlers run: each run that ignored the cache
+    left its ``ditgate-kernels-nocache-*`` folder in the temporary folder before."""
+    cache, scratch = copy_cache(prebuilt, tmp_path), tmp_path / "tmp"
+    scratch.mkdir()
+    out = run_python(BUILD_SNIPPET.format(source=str(prebuilt["source"]), archs="9.0"),
+                     {"DITGATE_KERNELS_CACHE_DIR": str(cache), "DITGATE_KERNELS_GEN_DIR": str(tmp_path / "gen"),
+                      "DITGATE_KERNELS_NO_CACHE": "1", "TMPDIR": str(scratch)})
+    assert out["origin"] == "built-nocache" and out["answer"] == 42
+    assert scratch in Path(out["path"]).parents  # built in the scratch folder, not in the cache
     assert sorted(p.name for p in cache.iterdir()) == sorted(p.name for p in prebuilt["cache"].iterdir())
+    assert list(scratch.iterdir()) == []  # and the folder went with the process
 
 
 def test_corrupt_artefact_or_metadata_is_rebuilt_not_loaded(prebuilt, jit_env) -> None:

@@ -70,7 +70,9 @@ def test_profile_option_traces_summarises_records_and_reports(pytester: pytest.P
     assert traced["timed_ms"] == timed
     assert traced["timed_idle"]["share"] == pytest.approx(max(0.0, timed - traced["busy_ms"]) / timed)
     assert "CPU run: no peaks, rates are absolute" in traced["notes"]
-    trace = json.loads((pytester.path / ".ditgate" / traced["trace"]).read_text())
+    text = (pytester.path / ".ditgate" / traced["trace"]).read_text()
+    trace = json.loads(text)
+    assert trace["traceName"] == traced["trace"].rsplit("/", 1)[-1] and str(pytester.path) not in text
     assert any(e.get("name") == "ditgate::profile" for e in trace["traceEvents"])
     assert "profiles" not in records[("measurement", "quiet")]
     (python,) = records[("measurement", "py")]["profiles"]

@@ -150,3 +150,16 @@ def test_on_the_cpu_an_op_owns_its_bytes_unless_its_child_ops_do_the_work() -> N
 def test_kernel_rate_of_a_malformed_ledger_entry_prints_no_number() -> None:
     assert kernel_rate({"phase": "gemm", "bound": "compute", "tflops": "fast"}) == ""
     assert kernel_rate({"phase": "elementwise", "bound": "memory", "gbps": None}) == "GB/s unknown: bytes not known"
+
+
+def test_a_phase_rate_over_too_little_of_its_phase_is_not_printed() -> None:
+    """A CUDA graph replay's kernels carry no bytes: an H200 profile printed "4.844 GB/s over 7% of ...,
+    0% of the copy peak" for a forward whose elementwise kernels run near the copy peak."""
+    data = summarize_trace(memory_trace(), FLOPS, label="fwd", peaks=PEAKS).to_dict()
+    data["memory"] = dict(data["memory"], coverage=0.07)
+    data["gemm"] = dict(data["gemm"], coverage=0.2) if data.get("gemm") else data.get("gemm")
+    text = "\n".join(profile_lines([profile_row("t.py::test_fwd", data)]))
+    assert "memory-bound: bytes known for only 7% of norm/elementwise + memcpy/memset time; no rate" in text
+    assert "GB/s over" not in text
+    if data.get("gemm", {}).get("tflops") is not None:
+        assert "GEMM: FLOPs known for only 20% of GEMM time; no rate" in text and "TFLOP/s over" not in text

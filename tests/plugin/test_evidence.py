@@ -8,6 +8,7 @@ import pytest
 
 from pytest_ditgate.bench.stats import ratio_interval
 from pytest_ditgate.experiment.evidence import REFERENCE_DRIFT, ChildEvidence, _device_label, judge_outputs, judge_timings
+from pytest_ditgate.quality.contract import packaged_contract_path
 from pytest_ditgate.verdict.outcome import Category
 
 
@@ -15,7 +16,7 @@ from pytest_ditgate.verdict.outcome import Category
 def test_an_output_under_another_device_or_no_key_is_an_integrity_problem(tmp_path: Path, key: str) -> None:
     evidence = ChildEvidence(tmp_path / "out", outputs=[{"name": "case", "key": key, "file": "case.safetensors"}])
     problems: list[tuple[Category, str]] = []
-    assert judge_outputs(tmp_path, evidence, [], "exact", None, "sm_90", problems) == []
+    assert judge_outputs(tmp_path, evidence, [], "exact", packaged_contract_path(), "sm_90", problems) == []
     assert problems == [(Category.INTEGRITY,
                          f"output case@{key}: device key {key!r} is neither cpu nor this device")]
 
@@ -26,37 +27,39 @@ def test_a_machine_key_output_stands_for_its_device_key() -> None:
     assert _device_label("case@cpu.zz") == "case@cpu.zz"  # no key: stands only for itself
 
 
-def _frozen_case(root: Path, baseline: dict) -> None:
-    """A golden ``case`` under ``root/golden`` (key ``cpu``), written as a freeze run writes it."""
+def _frozen_case(root: Path, baseline: dict, quality: dict | None = None) -> None:
+    """A golden ``case`` under ``root/golden`` (key ``cpu``), written as a freeze run writes it, with the
+    quality inputs ``quality`` its test gives."""
     from pytest_ditgate.golden.session import GoldenSession
     from pytest_ditgate.golden.store import GoldenStore
 
     session = GoldenSession(GoldenStore(root / "golden"), mode="freeze")
-    session.check("case", baseline, "cpu", nodeid="t")
+    session.check("case", baseline, "cpu", nodeid="t", quality_inputs=quality)
     session.finish()
 
 
-def _output(root: Path, tensors: dict, quality: dict | None = None) -> ChildEvidence:
+def _output(root: Path, tensors: dict, **forged: object) -> ChildEvidence:
+    """The child's evidence of one output ``case``; ``forged``: more fields of its record, as a candidate's
+    process could write them."""
     from safetensors.torch import save_file
 
     out = root / "out"
     out.mkdir()
     save_file(tensors, str(out / "case.safetensors"))
-    return ChildEvidence(out, outputs=[{"name": "case", "key": "cpu", "file": "case.safetensors",
-                                        "quality": quality or {}}])
+    return ChildEvidence(out, outputs=[{"name": "case", "key": "cpu", "file": "case.safetensors", **forged}])
 
 
-def test_recorded_kinds_reach_the_judge_and_unjudgeable_images_are_the_candidates_fault(tmp_path: Path) -> None:
+def test_frozen_kinds_reach_the_judge_and_unjudgeable_images_are_the_candidates_fault(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     contract = tmp_path / "contract.toml"
     contract.write_text("[metrics.rel_l2.numerical]\nmax = 1e-3\n")
     latents = torch.randn(2, 3, 8, 8, generator=torch.Generator().manual_seed(0)) * 3  # pixel space: not [0, 1]
-    _frozen_case(tmp_path, {"latents": latents})
+    _frozen_case(tmp_path, {"latents": latents}, {"kinds": {"latents": "latent"}})
     problems: list[tuple[Category, str]] = []
-    evidence = _output(tmp_path, {"latents": latents.clone()}, {"kinds": {"latents": "latent"}})
+    evidence = _output(tmp_path, {"latents": latents.clone()})
     (record,) = judge_outputs(tmp_path, evidence, ["case@cpu"], "numerical", contract, "sm_90", problems)
     assert problems == [] and record["passed"] and "latents.rel_l2" in record["metrics"]
-    # without the recorded kind the tensor reads as an image out of range: a verdict, never a judge crash
+    # frozen without the kind, the tensor reads as an image out of range: a verdict, never a judge crash
     bare = tmp_path / "bare"
     bare.mkdir()
     _frozen_case(bare, {"latents": latents})
@@ -153,3 +156,44 @@ def test_the_judge_reads_the_contract_the_childs_quality_session_reads(pytester:
     expected = {"none": packaged_contract_path(), "default_file": root / "fixtures" / "quality_contract.toml",
                 "named": root / "contracts" / "strict.toml"}[project]
     assert childs == expected
+
+
+@pytest.mark.parametrize("forged", [{"kinds": {"images": "latent"}}, {"kinds": {"images": "latent"}, "labels": [1, 2]}])
+def test_kinds_forged_in_the_childs_record_do_not_turn_the_judges_image_rules_off(tmp_path: Path,
+                                                                                   forged: dict) -> None:
+    """The child writes ``outputs.jsonl`` from the candidate's own process. Naming the image tensor a latent
+    there dropped every image rule in the judge, and wrong images passed. The judge takes kinds and labels
+    from what the baseline froze, never from the candidate."""
+    torch = pytest.importorskip("torch")
+    contract = tmp_path / "contract.toml"
+    contract.write_text("[metrics.psnr.numerical]\nmin = 30.0\n[metrics.rel_l2.numerical]\nmax = 10.0\n")
+    _frozen_case(tmp_path, {"images": torch.rand(2, 3, 8, 8, generator=torch.Generator().manual_seed(0))})
+    problems: list[tuple[Category, str]] = []
+    evidence = _output(tmp_path, {"images": torch.zeros(2, 3, 8, 8)}, quality=forged, kinds=forged["kinds"])
+    (record,) = judge_outputs(tmp_path, evidence, ["case@cpu"], "numerical", contract, "sm_90", problems)
+    assert not record["passed"] and "images.psnr" in record["metrics"]
+    assert [category for category, _ in problems] == [Category.QUALITY] and "psnr" in problems[0][1], problems
+
+
+def test_a_contract_outside_the_project_is_hashed_and_a_rewrite_during_the_run_is_integrity(tmp_path: Path) -> None:
+    """A contract named by an absolute path lies outside the tree the lock and the golden folder cover: the
+    judge hashes it too, so a candidate that rewrites it while its process runs is caught like any fixed file."""
+    from pytest_ditgate.experiment.judge import Judge
+    from pytest_ditgate.golden.fixed_paths import LockSettings
+
+    root, outside = tmp_path / "project", tmp_path / "contracts" / "strict.toml"
+    (root / "golden").mkdir(parents=True)
+    outside.parent.mkdir()
+    outside.write_text("[metrics.psnr.numerical]\nmin = 40.0\n")
+    judge = Judge.__new__(Judge)  # only what judged_files() reads
+    judge.root, judge.project = root, {"quality_contract": str(outside)}
+    judge.lock = LockSettings(root, ("golden/",), root / "golden" / "fixed_paths.lock.json")
+    before = judge.judged_files()
+    assert str(outside.resolve()) in before
+    problems: list[tuple[Category, str]] = []
+    judge.check_judged_files_kept(before, problems)
+    assert problems == []
+    outside.write_text("[metrics.psnr.numerical]\nmin = 0.0\n")  # the candidate loosens the contract
+    judge.check_judged_files_kept(before, problems)
+    assert problems == [(Category.INTEGRITY, f"{outside.resolve()}: rewritten while the candidate's process ran "
+                                             "(a fixed file the judge reads)")]

@@ -102,3 +102,51 @@ def test_corpus_shards_split_the_gpu_corpus_without_skips() -> None:
         ids[shard] = [line for line in out.splitlines() if "::" in line]
     assert sorted(ids["0/2"] + ids["1/2"]) == sorted(ids[""]) and ids["1/2"]
     assert any("test_tf32_tensor_cores" in i for i in ids["0/2"])
+
+
+def test_a_stage_run_again_with_its_reason_counts_its_last_result_and_keeps_the_first(gpu_check) -> None:
+    """A failed stage may run again only when named with why; the failure stays in the record."""
+    stages = list(gpu_check.STAGE_LIMITS)
+    first = _record(tuple(stages))
+    first["stages"]["fidelity"] = {"passed": False, "seconds": 10.0, "failures": ["target missed: x"]}
+    again = _record(("fidelity",))
+    assert not gpu_check.merge_records([first, again])["green"]
+    merged = gpu_check.merge_records([first, again], {"fidelity": "the rule was wrong"})
+    assert merged["green"] and merged["stages"]["fidelity"]["passed"]
+    assert merged["superseded"] == [{"stage": "fidelity", "reason": "the rule was wrong",
+                                     "result": first["stages"]["fidelity"]}]
+    failed_again = _record(("fidelity",), passed=False)
+    assert not gpu_check.merge_records([first, failed_again], {"fidelity": "again"})["green"]
+    once = gpu_check.merge_records([_record(tuple(stages))], {"fidelity": "never ran again"})
+    assert "named as run again, but ran once: fidelity" in once["problems"] and not once["green"]
+
+
+def test_a_rerun_without_a_reason_is_refused(tmp_path: Path, gpu_check) -> None:
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(_record(tuple(gpu_check.STAGE_LIMITS))))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--merge", str(path), "--json", str(tmp_path / "m.json"),
+                           "--rerun", "fidelity"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "STAGE=WHY" in proc.stderr
+
+
+def test_a_kernel_target_the_run_did_not_measure_is_missed_not_dropped(gpu_check) -> None:
+    """kernels_bench skips torch.compile when its time budget is spent; a bf16 case at the DiT shape then
+    has no speed comparison, and that is a miss (a stage once passed with 14 of its 16 targets)."""
+    def case(op, dtype, compiled):
+        entry = {"op": op, "dtype": dtype, "bytes": 4e8, "kernels": {"median_ms": 0.1},
+                 "check_kernels": {"passed": True}}
+        if compiled:
+            entry["compile"] = {"median_ms": 0.3}
+        else:
+            entry["compile_skipped"] = "time budget spent"
+        return entry
+
+    data = {"copy_bandwidth": {"TBps": 4.0}, "cases": {
+        "gated_residual/bf16/64x4096x1152": case("gated_residual", "bf16", False),
+        "layernorm_modulate/bf16/64x4096x1152": case("layernorm_modulate", "bf16", True),
+        "layernorm_modulate/fp32/64x4096x1152": case("layernorm_modulate", "fp32", False)}}
+    targets = {t["name"]: t for t in gpu_check.kernels_targets(data)}
+    missed = targets["gated_residual/bf16/64x4096x1152: speed vs torch.compile"]
+    assert not missed["pass"] and "time budget spent" in missed["value"]
+    assert targets["layernorm_modulate/bf16/64x4096x1152: speed vs torch.compile"]["pass"]
+    assert "layernorm_modulate/fp32/64x4096x1152: speed vs torch.compile" not in targets

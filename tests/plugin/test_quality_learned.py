@@ -115,6 +115,8 @@ def test_missing_labels_or_classifier_fail_a_required_metric_with_the_reason(toy
     bare = judge(PerceptualModels(WeightsConfig()), images, images, "numerical")
     assert any("no classifier is configured; name a classifier factory 'package.module:callable'" in f
                for f in bare.failures), bare.failures
+    neither = judge(PerceptualModels(WeightsConfig()), images, images, "numerical", labels=None)
+    assert any("class_accuracy needs the class label" in f for f in neither.failures), neither.failures  # said first
 
 
 @pytest.mark.parametrize("spec, message", [

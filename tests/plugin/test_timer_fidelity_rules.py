@@ -66,3 +66,38 @@ def test_graph_further_than_do_bench_cudagraph_fails_on_a_sound_trace(fidelity) 
 def test_auto_is_held_to_host_launched_kernels(fidelity) -> None:
     found = targets(fidelity, "layernorm_16x256x1152", rounds(0.0116, 0.01106, 0.01100, 0.01101, 0.01126, 0.0110))
     assert found["auto within 5% of CUPTI"]["pass"] is False  # 5.2 % from host-launched, 0.5 % in a graph
+
+
+def test_graph_against_do_bench_cudagraph_is_judged_once_over_every_run(fidelity) -> None:
+    """Both errors sit below 1 % on the copy, and one run's three rounds spread wider than the half-point
+    margin: an H200 check read 0.89 % vs 0.28 %, then 0.32 % vs 0.93 % and 0.52 % vs 0.82 %. The comparison
+    is the median over all rounds of all runs, shown per run; a mechanism further off in every run fails."""
+    def run(graph_ms: float, dbcg_ms: float) -> dict:
+        return fidelity.summarize(rounds(0.1281, 0.1270, 0.1275, graph_ms, dbcg_ms, 0.1263))
+
+    def judged(runs: list[dict]) -> list[dict]:
+        results = {"fidelity": {"copy_256MB": {"runs": runs}}}
+        return [t for t in fidelity.target_records(results) if "as close as" in t["name"]]
+
+    noisy = [run(0.1270 * 1.0089, 0.1270 * 1.0028), run(0.1270 * 1.0032, 0.1270 * 1.0093),
+             run(0.1270 * 1.0052, 0.1270 * 1.0082)]
+    (close,) = judged(noisy)
+    assert close["pass"] and close["passed_runs"] == "1/1" and "over 9 rounds" in close["shown"][0]
+    worse = [run(0.1270 * 1.012, 0.1270 * 1.003) for _ in range(3)]
+    assert not judged(worse)[0]["pass"]
+
+
+def test_the_pooled_comparison_is_judged_when_only_later_runs_have_a_sound_trace(fidelity) -> None:
+    """The comparison over every run's rounds does not hang on run 0: a first run whose trace tracing slowed
+    (not judged) leaves the other runs' rounds to judge, and a graph reading further off still fails."""
+    perturbed = fidelity.summarize(rounds(0.1281, 0.1406, 0.1265, 0.1262, 0.1276, 0.1263))
+
+    def judged(graph_ms: float) -> dict:
+        sound = fidelity.summarize(rounds(0.1281, 0.1270, 0.1275, graph_ms, 0.1270 * 1.003, 0.1263))
+        results = {"fidelity": {"copy_256MB": {"runs": [perturbed, sound, sound]}}}
+        (close,) = [t for t in fidelity.target_records(results) if "as close as" in t["name"]]
+        return close
+
+    close = judged(0.1270 * 1.004)
+    assert close["pass"] and close["passed_runs"] == "1/1" and "over 6 rounds" in " ".join(close["shown"])
+    assert judged(0.1270 * 1.012)["pass"] is False

@@ -66,10 +66,8 @@ RULES: tuple[Rule, ...] = (
 @functools.lru_cache(maxsize=4096)
 def classify(name: str) -> str:
     """The phase of a kernel or op named ``name``: the first matching rule's, else ``other``."""
-    for rule in RULES:
-        if rule.regex.search(name):
-            return rule.phase
-    return "other"
+    rule = matching_rule(name)
+    return "other" if rule is None else rule.phase
 
 
 def matching_rule(name: str) -> Rule | None:

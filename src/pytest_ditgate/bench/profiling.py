@@ -36,7 +36,6 @@ HOST_CATEGORY = "cpu_op"
 TOP_KERNELS = 10
 NAME_LIMIT = 300
 SCHEMA = 1
-SOURCES = ("device", "host", "none", "unavailable")
 #: phases judged by bytes moved (GB/s against the copy-bandwidth peak), not by FLOPs
 MEMORY_PHASES = frozenset({"elementwise", "copy"})
 #: a compute kernel below this fraction of the FLOP peak is shown in GB/s too (where its bytes are known)

@@ -125,6 +125,20 @@ def profile_name(test: str, profile: dict[str, Any]) -> str:
     return f"{name}[{label}]" if label and str(label) != name else name
 
 
+#: a phase rate is printed only when the kernels it is computed over take at least this share of the phase
+MIN_RATE_COVERAGE = 0.5
+
+
+def _too_few(summary: dict[str, Any], title: str, time: str, amount: str) -> str | None:
+    """The line that replaces a phase rate computed over too little of the phase (a CUDA graph replay
+    records no launching ops, so its kernels carry no FLOPs or bytes): None when the rate stands."""
+    coverage = summary.get("coverage")
+    if coverage is None or coverage >= MIN_RATE_COVERAGE:
+        return None
+    return (f"    {title}: {amount} known for only {coverage:.0%} of {time}; no rate for the phase "
+            f"(the top kernels' own rates stand)")
+
+
 def profile_lines(rows: list[dict[str, Any]]) -> list[str]:
     """Per profile: one row of phase shares (a table), then its top kernels, trace file and notes."""
     from pytest_ditgate.bench.phases import LABELS, PHASES
@@ -148,15 +162,20 @@ def profile_lines(rows: list[dict[str, Any]]) -> list[str]:
         lines = [f"    {_short(k['name'])}: {_with_unit(k['ms'])} x{k['count']} {LABELS.get(k['phase'], k['phase'])}"
                  + (f", {rate}" if (rate := kernel_rate(k)) else "") for k in (r.get("kernels") or [])[:TOP_IN_SUMMARY]]
         gemm = r.get("gemm") or {}
-        if gemm.get("tflops") is not None:
+        if gemm.get("tflops") is not None and (few := _too_few(gemm, "GEMM", "GEMM time", "FLOPs")):
+            lines.append(few)
+        elif gemm.get("tflops") is not None:
             peak = f", {gemm['peak_fraction']:.0%} of the {gemm['dtype']} peak" if gemm.get("peak_fraction") else ""
             lines.append(f"    GEMM: {gemm['tflops']:.3g} TFLOP/s over {gemm['coverage']:.0%} of GEMM time with "
                          f"known FLOPs{peak}")
         memory = r.get("memory") or {}
-        if memory.get("gbps") is not None:
+        kinds = "norm/elementwise + memcpy/memset"
+        if memory.get("gbps") is not None and (few := _too_few(memory, "memory-bound", f"{kinds} time", "bytes")):
+            lines.append(few)
+        elif memory.get("gbps") is not None:
             peak = f", {memory['peak_fraction']:.0%} of the copy peak" if memory.get("peak_fraction") else ""
             lines.append(f"    memory-bound: {memory['gbps']:.4g} GB/s over {memory['coverage']:.0%} of "
-                         f"norm/elementwise + memcpy/memset time with known bytes{peak}")
+                         f"{kinds} time with known bytes{peak}")
         if (idle := idle_line(r)) is not None:
             lines.append(f"    {idle}")
         if r.get("trace"):

@@ -267,7 +267,7 @@ def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, s
             notes[mechanism] = "not used: the call launches no device work"
             continue
         try:
-            with _exclusive(on_gpu):
+            with timing_lock(on_gpu):
                 run = _run_mechanism(mechanism, calls, options, estimates, device)
         except HostOnlyError as exc:
             host_only = True
@@ -284,7 +284,7 @@ def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, s
     return run, notes, warmup, device, [clocks_start, clocks_end]
 
 
-def _exclusive(on_gpu: bool) -> Any:
+def timing_lock(on_gpu: bool) -> Any:
     """The run's per-GPU timing lock (``gpus.exclusive_gpu``: xdist workers sharing a GPU never time at once)."""
     import contextlib
 

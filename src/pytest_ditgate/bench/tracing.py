@@ -16,7 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditgate.bench.profiling import PROFILE_DIR, WINDOW, PhaseProfile, summarize_trace, unavailable
+from pytest_ditgate.bench.runner import timing_lock
 from pytest_ditgate.bench.timers import Call, TimingError, cuda_in_use, profiled, synchronize
+from pytest_ditgate.fsutil import atomic_write_text
 
 #: torch's names of an op's first input dtype -> the dtype keys of a profile's ``peaks.tflops``
 DTYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64",
@@ -56,16 +58,6 @@ def _device() -> Any:
     return real_device() if cuda_in_use() else DeviceInfo(name="cpu", arch="cpu")
 
 
-def _exclusive(on_gpu: bool) -> Any:
-    import contextlib
-
-    if not on_gpu:
-        return contextlib.nullcontext()
-    from pytest_ditgate.gpus import exclusive_gpu
-
-    return exclusive_gpu()
-
-
 def profile_call(call: Call, *, label: str, artefact_dir: Path, test: str,
                  timed_ms: float | None = None) -> PhaseProfile:
     """One traced run of ``call`` (already warm: after its measurement) and its phase profile; the trace
@@ -89,9 +81,12 @@ def profile_call(call: Call, *, label: str, artefact_dir: Path, test: str,
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         synchronize()
-        with _exclusive(on_gpu):
+        with timing_lock(on_gpu):  # the measurement's lock: no other worker times while this traces
             events = profiled(run, host=True, device=on_gpu, flops=True, export=path)
         trace = json.loads(path.read_text(encoding="utf-8"))
+        if "traceName" in trace:  # torch writes the trace's absolute path: a shared trace names no folder of ours
+            trace["traceName"] = path.name
+            atomic_write_text(path, json.dumps(trace))
     except TimingError as exc:
         return unavailable(label, f"not profiled: {exc}", timed_ms=timed_ms, **where)
     except (OSError, ValueError) as exc:

@@ -29,5 +29,6 @@ def resolve_artefact_dir(root: str | Path, option: str | None = None, *, env: Ma
             table = {}
     configured = table.get("artefact_dir")
     raw = option or env.get(ENV) or (configured if isinstance(configured, str) else None) or DEFAULT
-    path = Path(raw).expanduser()
-    return path if path.is_absolute() else root / path
+    from pytest_ditgate.project_config import project_path
+
+    return project_path(root, raw)

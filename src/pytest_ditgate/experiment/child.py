@@ -29,17 +29,6 @@ CLASS = "class.json"
 LANE_BEST = "lane_best.json"
 
 
-def quality_record(inputs: Any) -> dict[str, Any]:
-    """The plain-data part of ``quality_inputs`` the judge uses: tensor kinds and image labels."""
-    inputs = dict(inputs or {})
-    out: dict[str, Any] = {}
-    if inputs.get("kinds"):
-        out["kinds"] = {str(k): str(v) for k, v in dict(inputs["kinds"]).items()}
-    if inputs.get("labels") is not None:
-        out["labels"] = [int(label) for label in inputs["labels"]]
-    return out
-
-
 class ChildRecorder:
     def __init__(self, out: Path) -> None:
         self.out = out
@@ -62,8 +51,7 @@ class ChildRecorder:
         original = session.check
 
         def check(name: str, tensors: Any, key: str, **kwargs: Any) -> Any:
-            self.save_output(name, key, kwargs.get("nodeid", ""), tensors, kwargs.get("optional", ()),
-                             kwargs.get("quality_inputs"))
+            self.save_output(name, key, kwargs.get("nodeid", ""), tensors, kwargs.get("optional", ()))
             if self.observer is None:
                 return original(name, tensors, key, **kwargs)
             from torch.utils._python_dispatch import _disable_current_modes
@@ -73,8 +61,7 @@ class ChildRecorder:
 
         session.check = check  # this process's own session object only
 
-    def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = (),
-                    quality_inputs: Any = None) -> None:
+    def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = ()) -> None:
         from safetensors.torch import save_file
 
         self.count += 1
@@ -84,7 +71,6 @@ class ChildRecorder:
         save_file(plain, str(self.out / file))
         _append(self.out / OUTPUTS, {"name": name, "key": key, "test": nodeid, "file": file,
                                      "optional": [str(p) for p in optional],
-                                     "quality": quality_record(quality_inputs),
                                      "tensors": {k: [str(v.dtype), list(v.shape)] for k, v in plain.items()}})
 
     # -- hooks --------------------------------------------------------------------------------------

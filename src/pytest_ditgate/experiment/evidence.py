@@ -14,6 +14,7 @@ from typing import Any
 
 from pytest_ditgate.fsutil import read_jsonl
 from pytest_ditgate.golden.keys import device_of
+from pytest_ditgate.golden.quality_inputs import for_tensors, frozen_record
 from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 from pytest_ditgate.verdict.outcome import Category, GateOutcome
 
@@ -130,7 +131,7 @@ def judge_timings(evidence: ChildEvidence, expected: list[str], reference_median
 
 
 def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], experiment_class: str,
-                  contract: Path | None, arch: str, problems: list[tuple[Category, str]]) -> list[dict[str, Any]]:
+                  contract: Path, arch: str, problems: list[tuple[Category, str]]) -> list[dict[str, Any]]:
     """Compare every output with its golden here; quality records for the verdict."""
     from safetensors.torch import load_file
 
@@ -177,7 +178,7 @@ def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], expe
         hit = replace(hit, tensors={k: t for k, t in hit.tensors.items() if k in shared})
         try:
             passed, lines, metrics = _compare(shared, hit, experiment_class, contract, name,
-                                              _quality_inputs(record, shared, models))
+                                              _quality_inputs(hit.entry, shared, models))
         except DitgateUsageError as exc:  # a golden or setup the contract cannot read (a candidate's bad tensors
             problems.append((Category.CRASH, f"output {label}: cannot be judged: {exc}"))  # are quality failures)
             continue
@@ -218,25 +219,20 @@ def _project_models(root: Path) -> Any:
     return PerceptualModels(WeightsConfig.from_settings(root, load_project_config(root)))
 
 
-def _quality_inputs(record: dict[str, Any], shared: dict[str, Any], models: Any) -> dict[str, Any]:
-    """``kinds`` and ``labels`` the child recorded for an output (only for tensors judged): the judge sees
-    what ``quality_gate.check`` saw in the child."""
-    recorded = record.get("quality") if isinstance(record.get("quality"), dict) else {}
-    kinds = {k: v for k, v in dict(recorded.get("kinds") or {}).items() if k in shared}
-    return {"kinds": kinds or None, "labels": recorded.get("labels"), "models": models}
+def _quality_inputs(entry: Any, shared: dict[str, Any], models: Any) -> dict[str, Any]:
+    """``kinds`` (of the tensors judged) and ``labels`` frozen with the golden: the judge judges as the test's
+    ``compare`` did, and never by what the candidate's process wrote beside its outputs."""
+    return {**for_tensors(frozen_record(entry.provenance), shared), "models": models}
 
 
-def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contract: Path | None,
-             case: str, inputs: dict[str, Any] | None = None) -> tuple[bool, list[str], dict[str, Any]]:
-    if contract is None:
-        from pytest_ditgate.golden.comparator import TensorComparator
-
-        result = TensorComparator()(candidate, hit)
-        return bool(result.passed), list(result.lines()), {}
+def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contract: Path,
+             case: str, inputs: dict[str, Any]) -> tuple[bool, list[str], dict[str, Any]]:
+    """The child's quality judgement, made again here: the contract the child's session reads
+    (``Judge.contract``, the packaged default where the project has none)."""
     from pytest_ditgate.quality.evaluate import evaluate_quality
 
     result = evaluate_quality(candidate, hit.tensors, contract=contract, experiment_class=experiment_class, case=case,
-                              tolerance_scale=hit.tolerance_scale, **(inputs or {}))
+                              tolerance_scale=hit.tolerance_scale, **inputs)
     return bool(result.passed), list(result.failures) or [result.summary()], dict(result.metrics)
 
 

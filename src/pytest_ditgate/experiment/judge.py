@@ -104,16 +104,26 @@ class Judge:
     def judged_files(self, known: dict[str, str] | None = None) -> dict[str, str]:
         """sha256 of every file the judge reads once the child ran: the lock's files (the classifier's module
         and weights among them), and the goldens, their manifest and the quality contract even where the lock
-        does not name them. ``known``: digests taken a moment before (no candidate code ran since)."""
+        does not name them. ``known``: digests taken a moment before (no candidate code ran since). A contract
+        outside the project (an absolute path, the packaged default of an installed plugin) is hashed too,
+        under its absolute path."""
         from dataclasses import replace
 
         from pytest_ditgate.golden.fixed_paths import expand
+        from pytest_ditgate.golden.store import sha256_bytes
 
         extras = ["golden/"]
-        relative = self._relative(self.contract())
+        contract = self.contract()
+        relative = self._relative(contract)
         if relative:
             extras.append(relative.rstrip("/"))
-        return expand(replace(self.lock, patterns=tuple(dict.fromkeys([*self.lock.patterns, *extras]))), known)
+        digests = expand(replace(self.lock, patterns=tuple(dict.fromkeys([*self.lock.patterns, *extras]))), known)
+        if not relative:
+            try:
+                digests[str(contract.resolve())] = sha256_bytes(contract.read_bytes())
+            except OSError:
+                pass  # no contract to read: the quality session in the child says so
+        return digests
 
     def check_judged_files_kept(self, before: dict[str, str], problems: list[tuple[Category, str]]) -> None:
         """The candidate's process runs as this user: it could rewrite a golden, its manifest or the contract

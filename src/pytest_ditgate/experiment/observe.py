@@ -70,12 +70,6 @@ def grid_verdict(rows: Any) -> str | None:
     return verdicts[0] if verdicts and all(verdicts) else None
 
 
-def on_low_bit_grid(tensor: Any) -> str | None:
-    """Why the values of a float tensor look quantized (sampled chunks of 32 contiguous values), or None."""
-    sample = grid_sample(tensor)
-    return None if sample is None else grid_verdict(sample.to("cpu").tolist())
-
-
 def read_samples(pending: list[tuple[str, Any]]) -> list[tuple[str, str | None]]:
     """(label, verdict) for every (label, grid sample): one device-to-host copy per device, not per tensor."""
     import torch

@@ -107,7 +107,8 @@ class Golden:
         cannot produce them is judged on the others, and the result and summary name what was not compared.
         Every other golden tensor is required. ``device`` may also be a machine key (:meth:`machine_key`).
         ``quality_inputs``: what ``compare`` judges the tensors with beyond them (``kinds``, ``labels`` of
-        ``quality_gate.check``), recorded for ``ditgate experiment``'s judge, which re-judges out of process.
+        ``quality_gate.check``), frozen with the golden for ``ditgate experiment``'s judge, which re-judges out of
+        process; a check giving other ones than were frozen fails (``golden_stale``).
         """
         __tracebackhide__ = True
         key = device_key(device, tensors)

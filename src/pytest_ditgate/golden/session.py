@@ -17,6 +17,7 @@ from pytest_ditgate.fsutil import lock_for
 from pytest_ditgate.golden.comparator import TensorComparator
 from pytest_ditgate.golden.keys import KeyStep, fallback_chain, is_machine_key, validate_key
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
+from pytest_ditgate.golden.quality_inputs import PROVENANCE_KEY, disagreement, frozen_record, quality_record
 from pytest_ditgate.golden.report import shown_names
 from pytest_ditgate.golden.store import GoldenStore, sha256_bytes, validate_name
 
@@ -150,8 +151,9 @@ class GoldenSession:
               optional: tuple[str, ...] = (), quality_inputs: Mapping[str, Any] | None = None) -> GoldenResult:
         """Compare ``tensors`` with the golden ``name`` (or queue it, in freeze/refreeze mode).
 
-        ``quality_inputs`` (``kinds``, ``labels``) are not used here: an experiment's child records them with
-        the output, so that the judge, in its own process, judges the tensors as ``compare`` did.
+        ``quality_inputs`` (``kinds``, ``labels``: what ``compare`` judges with beyond the tensors) are frozen
+        with the golden, so that a judge in another process judges a candidate's tensors as ``compare`` does;
+        a check whose inputs differ from the frozen ones fails (``golden_stale``): refreeze.
 
         Golden tensors matching an ``optional`` glob may be absent from the candidate (diagnostics it
         cannot produce); they are listed in the result's ``not_compared``. Every other golden tensor is
@@ -165,7 +167,8 @@ class GoldenSession:
         self.used.add(name)
         exists = self.manifest().get(name, key) is not None or f"{key}/{name}" in self.pending
         if self.mode == "refreeze" or (self.mode == "freeze" and not exists):
-            self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists)
+            self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists,
+                        quality=quality_record(quality_inputs))
             return GoldenResult(name, "overwritten" if exists else "written", key)
         hit = self.lookup(name, key, nodeid=nodeid)
         absent = sorted(set(hit.tensors) - set(tensors))
@@ -176,6 +179,11 @@ class GoldenSession:
         shared = {n: t for n, t in tensors.items() if n in hit.tensors}
         if not shared:
             names.append("FAIL: no tensor in common with the golden: nothing was compared")
+        stale = disagreement(quality_record(quality_inputs), frozen_record(hit.entry.provenance), shared)
+        if stale:
+            raise GateFailure("golden_stale", f"{hit.describe()} was frozen with other quality inputs than this "
+                                              f"test gives ({stale}); a judge would judge by the frozen ones: "
+                                              "refreeze it (pytest --ditgate --ditgate-refreeze)")
         comparison = None
         if shared:
             shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
@@ -193,7 +201,7 @@ class GoldenSession:
 
     # -- writes ----------------------------------------------------------------------------------
     def _queue(self, name: str, key: str, tensors: Mapping[str, Any], *, nodeid: str,
-               metadata: Mapping[str, Any] | None, overwrite: bool) -> None:
+               metadata: Mapping[str, Any] | None, overwrite: bool, quality: Mapping[str, Any]) -> None:
         """Queue one golden for :meth:`finish`. Under ``--ditgate-freeze`` a file already on disk that the
         manifest does not list is never replaced: the test fails naming it (it may be someone's work)."""
         __tracebackhide__ = True
@@ -206,6 +214,8 @@ class GoldenSession:
         provenance = dict(self.provenance())
         provenance.update(test=nodeid, created=_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
                           metadata=dict(metadata or {}))
+        if quality:
+            provenance[PROVENANCE_KEY] = dict(quality)
         entry = GoldenEntry(name=name, key=key, file=self.store.relative(name, key), sha256=sha256_bytes(data),
                             size=len(data), tensors=serializer.describe(tensors), provenance=provenance)
         self.pending[entry.id] = PendingWrite(entry, data, overwrite)

@@ -61,11 +61,14 @@ def packaged_contract_path() -> Path:
 def contract_path_for(root: Path, configured: str | None) -> Path:
     """The contract a project is judged by: the one it names, else its ``fixtures/quality_contract.toml``, else
     the packaged default. The one reading shared by the quality session and the judge, so both compare alike."""
+    from pytest_ditgate.project_config import project_path
+
     if configured:
-        named = Path(configured).expanduser()
-        return named if named.is_absolute() else root / named
+        return project_path(root, configured)
     default = root / DEFAULT_CONTRACT_PATH
     return default if default.exists() else packaged_contract_path()
+
+
 TOP_KEYS = ("contract", "images", "metrics")
 META_KEYS = ("version", "description")
 IMAGE_KEYS = ("range", "tile")

@@ -300,10 +300,10 @@ class _CaseRun:
 
         if metric == "clip_score":
             return self._clip_scores(item)
+        if metric == "class_accuracy" and self.labels is None:  # said before a classifier is looked for
+            raise MissingWeights("class_accuracy needs the class label of every image: pass labels=[...]")
         classifier = self.models.classifier(item.unit_c.device)
         if metric == "class_accuracy":
-            if self.labels is None:
-                raise MissingWeights("class_accuracy needs the class label of every image: pass labels=[...]")
             return (learned.class_accuracy(classifier, item.unit_c, self.labels),
                     learned.class_accuracy(classifier, item.unit_b, self.labels))
         return learned.frechet_distance(classifier, item.unit_c), learned.frechet_distance(classifier, item.unit_b)

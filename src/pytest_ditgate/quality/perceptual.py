@@ -63,16 +63,15 @@ class WeightsConfig:
         """The weights a project names, keyed as in ``[tool.ditgate]`` (``lpips_weights``, ``clip_weights``,
         ``clip_model``, ``classifier``; relative paths are the root's): one reading for the pytest session
         and the experiment judge, so both judge with the same models."""
+        from pytest_ditgate.project_config import project_path
+
         def text(key: str) -> str | None:
             value = settings.get(key)
             return value if isinstance(value, str) and value else None
 
         def rooted(key: str) -> str | None:
             path = text(key)
-            if path is None:
-                return None
-            candidate = Path(path).expanduser()
-            return str(candidate if candidate.is_absolute() else Path(root) / candidate)
+            return None if path is None else str(project_path(root, path))
 
         return cls(lpips=rooted("lpips_weights"), clip=rooted("clip_weights"),
                    clip_model=text("clip_model") or DEFAULT_CLIP_MODEL, classifier=text("classifier"), root=str(root))

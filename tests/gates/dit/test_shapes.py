@@ -34,12 +34,18 @@ def _sample(case: Any, model: Any) -> dict[str, Any]:
         return shapes_tensors(sample(model, **case.sample_kwargs()))
 
 
+def quality_inputs(case: Any, tensors: dict[str, Any]) -> dict[str, Any]:
+    """What the contract judges the case with beyond its tensors, frozen with the golden for the judge."""
+    return {"kinds": latent_kinds(tensors), "labels": case.labels}
+
+
 def test_shapes_cpu_case_matches_frozen_baseline(shapes_cpu_case, golden, quality_gate, dit_sampler) -> None:
     case = shapes_cpu_case
     result = dit_sampler(shapes_model("float32", "cpu"), **case.sample_kwargs())
-    outcome = golden.check(case.name, shapes_tensors(result), device="cpu",
+    tensors = shapes_tensors(result)
+    outcome = golden.check(case.name, tensors, device="cpu",
                            compare=contract_compare(quality_gate, case.name, labels=case.labels),
-                           metadata=case_metadata(case, result.info))
+                           metadata=case_metadata(case, result.info), quality_inputs=quality_inputs(case, tensors))
     if outcome.status == "matched":  # not a fresh freeze: the learned metrics judged the images
         assert LEARNED <= set(outcome.comparison.perceptual)
 
@@ -50,10 +56,11 @@ def test_shapes_bf16_passes_numerical_against_fp32_golden(shapes_gpu_case, golde
     dtype = "float32" if golden.mode != "check" else "bfloat16"
     with full_fp32():
         result = dit_sampler(shapes_model(dtype, "cuda"), **case.sample_kwargs())
-    outcome = golden.check(case.name, shapes_tensors(result), device="cuda",
+    tensors = shapes_tensors(result)
+    outcome = golden.check(case.name, tensors, device="cuda",
                            compare=contract_compare(quality_gate, case.name, experiment_class="numerical",
                                                     labels=case.labels),
-                           metadata=case_metadata(case, result.info))
+                           metadata=case_metadata(case, result.info), quality_inputs=quality_inputs(case, tensors))
     if outcome.status == "matched":
         assert LEARNED <= set(outcome.comparison.perceptual)
 
