@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -135,15 +136,23 @@ def run(work: Path, log, on_gpu: bool) -> list[dict]:
             loop.discard()
 
     expect("baseline", loop.baseline(), 0, keep=True)
+    # the cost is judged runs against plain runs of the same tests, interleaved (plain, judged..., plain) in
+    # both configurations: one pair of single runs read anywhere from 0.88 to 1.30 on the H200, since the
+    # lane's adaptive timing makes the tests' own time vary by seconds from run to run
+    costs = Cost()
+    costs.plain(loop)
     for cls in ("exact", "numerical"):
         loop.git("commit", "-q", "--allow-empty", "-m", f"empty commit ({cls})")
-        expect(f"empty commit, {cls}", loop.experiment(cls, "empty commit"), 11)
+        expect(f"empty commit, {cls}", costs.judged(lambda: loop.experiment(cls, "empty commit")), 11)
+    costs.plain(loop)
+    costs.next_configuration()
     loop.edit("dit_impl/fast/candidate.py", *HONEST)
     loop.git("commit", "-qam", "CUDA graphs, adaLN kernels, cuDNN SDPA, GELU epilogue")
     loop.plain_run()  # untimed: builds the new configuration's kernels (triton, cuDNN plans) into the caches
-    plain_code, plain_s = timed(loop.plain_run)  # then both timed runs find them built, cold machine or warm
-    code, judged_s = timed(lambda: loop.experiment("numerical", "graphs+kernels+cudnn+gelu"))
-    targets.append(cost_target(judged_s, plain_s, plain_code, on_gpu))
+    costs.plain(loop)  # then every timed run finds them built, cold machine or warm
+    code = costs.judged(lambda: loop.experiment("numerical", "graphs+kernels+cudnn+gelu"))
+    costs.plain(loop)
+    targets.append(costs.target(on_gpu))
     expect("honest speedup, numerical", code, 0 if on_gpu else 11)
     loop.edit("dit_impl/fast/model.py", *QUALITY_BREAK)
     loop.git("commit", "-qam", "final adaLN without its shift")
@@ -157,20 +166,48 @@ def run(work: Path, log, on_gpu: bool) -> list[dict]:
     return targets
 
 
-def cost_target(judged_s: float, plain_s: float, plain_code: int, on_gpu: bool) -> dict:
-    """The judge's cost on the DiT lane: ``ditgate experiment`` against the same tests run plainly, side by side."""
-    ratio = judged_s / plain_s if plain_s > 0 else None
-    name = (f"judge cost: ditgate experiment {judged_s:.1f} s / plain pytest --ditgate {plain_s:.1f} s "
-            f"(plain exit {plain_code})")
-    line = f"{name}: ratio {ratio:.3f}" if ratio is not None else name
-    if not on_gpu:
-        print(f"INFO  {line} (on the CPU: info only)", flush=True)
-        return {"name": name, "value": None if ratio is None else round(ratio, 3), "limit": "info (CPU)",
-                "pass": True, "judged_s": round(judged_s, 1), "plain_s": round(plain_s, 1)}
-    passed = ratio is not None and ratio <= COST_LIMIT and plain_code in (0, 1, 10, 11)
-    print(f"{'PASS' if passed else 'FAIL'}  {line} (limit {COST_LIMIT})", flush=True)
-    return {"name": name, "value": None if ratio is None else round(ratio, 3), "limit": f"<= {COST_LIMIT}",
-            "pass": passed, "judged_s": round(judged_s, 1), "plain_s": round(plain_s, 1)}
+class Cost:
+    """Wall times of judged and plain runs, per configuration of the candidate, for the judge-cost target."""
+
+    def __init__(self) -> None:
+        self.runs: list[dict[str, list[float]]] = [{"judged": [], "plain": []}]
+        self.plain_codes: list[int] = []
+
+    def plain(self, loop: Loop) -> None:
+        code, seconds = timed(loop.plain_run)
+        self.plain_codes.append(code)
+        self.runs[-1]["plain"].append(seconds)
+
+    def judged(self, action) -> int:
+        code, seconds = timed(action)
+        self.runs[-1]["judged"].append(seconds)
+        return code
+
+    def next_configuration(self) -> None:
+        self.runs.append({"judged": [], "plain": []})
+
+    def ratio(self) -> float | None:
+        """Geometric mean over the configurations of mean judged time / mean plain time."""
+        ratios = [statistics.fmean(r["judged"]) / statistics.fmean(r["plain"])
+                  for r in self.runs if r["judged"] and r["plain"] and min(r["plain"]) > 0]
+        return statistics.geometric_mean(ratios) if ratios else None
+
+    def target(self, on_gpu: bool) -> dict:
+        """The judge's cost on the DiT lane: ``ditgate experiment`` against the same tests run plainly."""
+        ratio = self.ratio()
+        judged = [round(s, 1) for r in self.runs for s in r["judged"]]
+        plain = [round(s, 1) for r in self.runs for s in r["plain"]]
+        name = (f"judge cost: ditgate experiment {judged} s / plain pytest --ditgate {plain} s, interleaved "
+                f"(plain exits {sorted(set(self.plain_codes))})")
+        line = f"{name}: ratio {ratio:.3f}" if ratio is not None else name
+        record = {"name": name, "value": None if ratio is None else round(ratio, 3), "judged_s": judged,
+                  "plain_s": plain}
+        if not on_gpu:
+            print(f"INFO  {line} (on the CPU: info only)", flush=True)
+            return {**record, "limit": "info (CPU)", "pass": True}
+        passed = ratio is not None and ratio <= COST_LIMIT and set(self.plain_codes) <= {0, 1, 10, 11}
+        print(f"{'PASS' if passed else 'FAIL'}  {line} (limit {COST_LIMIT})", flush=True)
+        return {**record, "limit": f"<= {COST_LIMIT}", "pass": passed}
 
 
 def main(argv: list[str] | None = None) -> int:
