@@ -6,7 +6,8 @@ implementation under several switch combinations. For every case: a correctness 
 diffusers float32 (TF32 off) on the same inputs BEFORE timing (a failing case is not timed), compile /
 capture time, peak VRAM above the resident weights, and the forward time (median; the timer is named).
 ``--sampling`` adds 50-step DDIM sampling with CFG + VAE decode: DiTPipeline vs the fast model in the
-baseline's loop (wall clock around synchronised runs). Every timed case also gets its rate over the
+baseline's loop, with the fastest switch set this run timed (``--sampling-config auto``), in side-by-side
+pairs of synchronised runs (wall clock); the speedup is the median of the pairs' ratios, with their range. Every timed case also gets its rate over the
 forward's matmul FLOPs (issue 18: 3.79 TFLOP for XL/2 at batch 16) and that rate's fraction of the device
 profile's measured bf16 GEMM peak. ``--profile`` adds one traced run of each timed case, after its timing
 (the project's phase profile: GEMM, attention, norm/elementwise, copies, idle; top kernels; a Perfetto
@@ -43,6 +44,8 @@ DEFAULT_CONFIGS = (
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
 )
+#: the fastest switch set measured so far (the sampling fallback when no forward was timed in the run)
+FASTEST = "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn"
 #: rel-L2 bound against diffusers float32: the fast bf16 model must be as close as diffusers bf16 is
 CHECK_FACTOR, CHECK_FLOOR = 2.0, 2e-3
 
@@ -327,26 +330,53 @@ class Bench:
             return fast_sample(fast, labels, seed=0, steps=steps, guidance_scale=4.0, scheduler="ddim").images.cpu()
 
         out: dict[str, Any] = {"steps": steps, "images": len(labels), "fast_switches": switches,
-                               "mechanism": "wall clock around synchronised full runs (median)"}
-        for name, fn in (("diffusers_pipeline", run_pipe), ("fast", run_fast)):
+                               "mechanism": "wall clock around synchronised full runs, pipeline and fast side by "
+                                            "side in pairs (order alternating); the ratio of each pair"}
+        runs = {"diffusers_pipeline": run_pipe, "fast": run_fast}
+        for name, fn in runs.items():  # the first call of each compiles, captures and allocates: not timed
             torch.cuda.reset_peak_memory_stats()
             start = time.perf_counter()
             fn()
             torch.cuda.synchronize()
-            first = time.perf_counter() - start
-            samples = []
-            for _ in range(self.args.sampling_reps):
-                start = time.perf_counter()
-                fn()
-                torch.cuda.synchronize()
-                samples.append((time.perf_counter() - start) * 1e3)
-            out[name] = {"median_ms": statistics.median(samples), "samples_ms": samples,
-                         "first_call_seconds": round(first, 2), "peak_bytes": int(torch.cuda.max_memory_allocated())}
-        out["speedup"] = out["diffusers_pipeline"]["median_ms"] / out["fast"]["median_ms"]
+            out[name] = {"first_call_seconds": round(time.perf_counter() - start, 2),
+                         "peak_bytes": int(torch.cuda.max_memory_allocated()), "samples_ms": []}
+        out.update(paired_speedups(runs, self.args.sampling_reps, torch.cuda.synchronize, out))
         out["status"] = "ok"
         out["note"] = ("peak_bytes include every model resident in this process (baseline + fast weights); "
                        "a standalone fast sampler holds only its own weights")
         return out
+
+
+def paired_speedups(runs: dict[str, Callable[[], Any]], pairs: int, synchronize: Callable[[], None],
+                    out: dict[str, Any]) -> dict[str, Any]:
+    """Time ``runs["diffusers_pipeline"]`` and ``runs["fast"]`` side by side, ``pairs`` times, the order
+    alternating so a drift of the host or the clocks falls on both; the speedup is the median of the pairs'
+    ratios, with their range (a launch-bound pipeline's time moves with the host from pair to pair)."""
+    ratios = []
+    for index in range(pairs):
+        order = ("diffusers_pipeline", "fast") if index % 2 == 0 else ("fast", "diffusers_pipeline")
+        took = {}
+        for name in order:
+            start = time.perf_counter()
+            runs[name]()
+            synchronize()
+            took[name] = (time.perf_counter() - start) * 1e3
+            out[name]["samples_ms"].append(took[name])
+        ratios.append(took["diffusers_pipeline"] / took["fast"])
+    for name in runs:
+        out[name]["median_ms"] = statistics.median(out[name]["samples_ms"])
+    return {"pair_speedups": ratios, "speedup": statistics.median(ratios),
+            "speedup_range": [min(ratios), max(ratios)], "pairs": pairs}
+
+
+def fastest_forward(results: list[dict[str, Any]], fallback: str) -> str:
+    """The switches of the fastest fast forward timed in this run (sampling then uses what was measured
+    fastest, not a fixed guess); ``fallback`` when none was timed."""
+    timed = [r for r in results if r.get("name", "").startswith("fast[") and r.get("status") == "ok"
+             and (r.get("timing") or {}).get("median_ms")]
+    if not timed:
+        return fallback
+    return min(timed, key=lambda r: r["timing"]["median_ms"])["name"][len("fast["):-1]
 
 
 def _scrub(text: str) -> str:
@@ -387,9 +417,11 @@ def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
                      f"{(r.get('peak_bytes_above_weights') or 0) / 2**20:8.0f} {_rates(r)}")
     for r in results:
         if "steps" in r and r.get("status") == "ok":
+            low, high = r.get("speedup_range", (r["speedup"], r["speedup"]))
             lines.append(f"sampling {r['steps']} steps x {r['images']} images + VAE: diffusers pipeline "
                          f"{r['diffusers_pipeline']['median_ms']:.1f} ms, fast[{r['fast_switches']}] "
-                         f"{r['fast']['median_ms']:.1f} ms -> {r['speedup']:.2f}x; peak "
+                         f"{r['fast']['median_ms']:.1f} ms -> {r['speedup']:.2f}x, the median of "
+                         f"{r.get('pairs', '?')} side-by-side pairs ({low:.2f}-{high:.2f}x); peak "
                          f"{r['fast']['peak_bytes'] / 2**30:.1f} GiB (all resident models)")
         elif "steps" in r:
             lines.append(f"sampling: {r.get('status')} {r.get('error', '')}")
@@ -420,9 +452,10 @@ def main() -> int:
     parser.add_argument("--compile-mode", default="default", help="torch.compile mode of the diffusers recipe")
     parser.add_argument("--no-diffusers-compile", action="store_true", help="skip the diffusers compile recipe")
     parser.add_argument("--sampling", action="store_true", help="also time 50-step sampling + VAE decode")
-    parser.add_argument("--sampling-config", default="compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn")
+    parser.add_argument("--sampling-config", default="auto",
+                        help="FastOptions of the sampled model; auto: the fastest forward timed in this run")
     parser.add_argument("--steps", type=int, default=50)
-    parser.add_argument("--sampling-reps", type=int, default=3)
+    parser.add_argument("--sampling-reps", type=int, default=7, help="side-by-side pairs of sampling runs")
     parser.add_argument("--profile", action="store_true", help="a phase profile of each timed case (one traced run)")
     args = parser.parse_args()
 
@@ -439,7 +472,8 @@ def main() -> int:
     for switches in filter(None, (s.strip() for s in args.configs.split(";"))):
         bench.record(f"fast[{switches}]", lambda s=switches: bench.fast(s))
     if args.sampling:
-        bench.record("sampling", lambda: bench.sampling(args.sampling_config))
+        switches = args.sampling_config if args.sampling_config != "auto" else fastest_forward(bench.results, FASTEST)
+        bench.record("sampling", lambda: bench.sampling(switches))
     eager = next((r.get("timing") or {} for r in bench.results if r["name"] == "diffusers eager"), {}).get("median_ms")
     flops = forward_flops(bench.shapes)
     peak, peak_note = gemm_peak_tflops()
