@@ -304,6 +304,7 @@ class Bench:
         except Exception:  # noqa: BLE001
             pass
         entry["compile_seconds"] = round(setup, 2) if options.compile != "off" else 0.0
+        entry["switches"] = switches
         return entry
 
     def sampling(self, switches: str) -> dict[str, Any]:
@@ -339,44 +340,41 @@ class Bench:
             fn()
             torch.cuda.synchronize()
             out[name] = {"first_call_seconds": round(time.perf_counter() - start, 2),
-                         "peak_bytes": int(torch.cuda.max_memory_allocated()), "samples_ms": []}
-        out.update(paired_speedups(runs, self.args.sampling_reps, torch.cuda.synchronize, out))
+                         "peak_bytes": int(torch.cuda.max_memory_allocated())}
+        samples, speedup = paired_speedups(runs, self.args.sampling_reps, torch.cuda.synchronize)
+        for name, taken in samples.items():
+            out[name].update(samples_ms=taken, median_ms=statistics.median(taken))
+        out.update(speedup)
         out["status"] = "ok"
         out["note"] = ("peak_bytes include every model resident in this process (baseline + fast weights); "
                        "a standalone fast sampler holds only its own weights")
         return out
 
 
-def paired_speedups(runs: dict[str, Callable[[], Any]], pairs: int, synchronize: Callable[[], None],
-                    out: dict[str, Any]) -> dict[str, Any]:
+def paired_speedups(runs: dict[str, Callable[[], Any]], pairs: int,
+                    synchronize: Callable[[], None]) -> tuple[dict[str, list[float]], dict[str, Any]]:
     """Time ``runs["diffusers_pipeline"]`` and ``runs["fast"]`` side by side, ``pairs`` times, the order
-    alternating so a drift of the host or the clocks falls on both; the speedup is the median of the pairs'
-    ratios, with their range (a launch-bound pipeline's time moves with the host from pair to pair)."""
-    ratios = []
+    alternating so a drift of the host or the clocks falls on both: each run's samples (ms), and the speedup
+    as the median of the pairs' ratios with their range (a launch-bound pipeline's time moves with the host)."""
+    samples: dict[str, list[float]] = {name: [] for name in runs}
     for index in range(pairs):
         order = ("diffusers_pipeline", "fast") if index % 2 == 0 else ("fast", "diffusers_pipeline")
-        took = {}
         for name in order:
             start = time.perf_counter()
             runs[name]()
             synchronize()
-            took[name] = (time.perf_counter() - start) * 1e3
-            out[name]["samples_ms"].append(took[name])
-        ratios.append(took["diffusers_pipeline"] / took["fast"])
-    for name in runs:
-        out[name]["median_ms"] = statistics.median(out[name]["samples_ms"])
-    return {"pair_speedups": ratios, "speedup": statistics.median(ratios),
-            "speedup_range": [min(ratios), max(ratios)], "pairs": pairs}
+            samples[name].append((time.perf_counter() - start) * 1e3)
+    ratios = [pipe / fast for pipe, fast in zip(samples["diffusers_pipeline"], samples["fast"])]
+    return samples, {"pair_speedups": ratios, "speedup": statistics.median(ratios),
+                     "speedup_range": [min(ratios), max(ratios)], "pairs": pairs}
 
 
 def fastest_forward(results: list[dict[str, Any]], fallback: str) -> str:
     """The switches of the fastest fast forward timed in this run (sampling then uses what was measured
     fastest, not a fixed guess); ``fallback`` when none was timed."""
-    timed = [r for r in results if r.get("name", "").startswith("fast[") and r.get("status") == "ok"
+    timed = [r for r in results if r.get("switches") is not None and r.get("status") == "ok"
              and (r.get("timing") or {}).get("median_ms")]
-    if not timed:
-        return fallback
-    return min(timed, key=lambda r: r["timing"]["median_ms"])["name"][len("fast["):-1]
+    return min(timed, key=lambda r: r["timing"]["median_ms"])["switches"] if timed else fallback
 
 
 def _scrub(text: str) -> str:

@@ -189,7 +189,7 @@ class Cost:
     def ratio(self) -> float | None:
         """Geometric mean over the configurations of mean judged time / mean plain time."""
         ratios = [statistics.fmean(r["judged"]) / statistics.fmean(r["plain"])
-                  for r in self.runs if r["judged"] and r["plain"] and min(r["plain"]) > 0]
+                  for r in self.runs if r["judged"] and r["plain"]]
         return statistics.geometric_mean(ratios) if ratios else None
 
     def target(self, on_gpu: bool) -> dict:
