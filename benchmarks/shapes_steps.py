@@ -131,7 +131,7 @@ def table_lines(record: dict[str, Any]) -> list[str]:
                 row += f" {p['mean']:+8.4f} [{p['low']:+.4f}, {p['high']:+.4f}] {entry['verdict']:<6}"
             else:
                 row += f" {'reference':>26}"
-        lines.append(row)
+        lines.append(row.rstrip())
     return lines
 
 
