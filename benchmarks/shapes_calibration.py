@@ -401,7 +401,7 @@ def table_lines(record: dict[str, Any]) -> list[str]:
         if "psnr" in metrics:
             row += (f" {metrics['psnr']['min']:>9.2f} {metrics['ssim']['min']:>9.5f} {metrics['worst_tile_mae']['max']:>9.2e}"
                     f" {metrics['rel_l2']['max']:>10.2e}")
-        lines.append(row)
+        lines.append(row.rstrip())
     lines.append(f"derived limits: {json.dumps(record['limits'])}")
     for item in record["transitions"]:
         lines.append(f"  {item['variant']:<15} vs {item['baseline']:<9} {item['class']:<12} {item['dtype']:<5} "
