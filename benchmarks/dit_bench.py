@@ -7,9 +7,9 @@ diffusers float32 (TF32 off) on the same inputs BEFORE timing (a failing case is
 capture time, peak VRAM above the resident weights, and the forward time (median; the timer is named).
 ``--sampling`` adds 50-step DDIM sampling with CFG + VAE decode: DiTPipeline vs the fast model in the
 baseline's loop, with the fastest switch set this run timed (``--sampling-config auto``), in side-by-side
-pairs of synchronised runs (wall clock); the speedup is the median of the pairs' ratios, with their range. Every timed case also gets its rate over the
-forward's matmul FLOPs (issue 18: 3.79 TFLOP for XL/2 at batch 16) and that rate's fraction of the device
-profile's measured bf16 GEMM peak. ``--profile`` adds one traced run of each timed case, after its timing
+pairs of synchronised runs (wall clock); the speedup is the median of the pairs' ratios, with their range.
+Every timed case also gets its rate over the forward's matmul FLOPs (issue 18: 3.79 TFLOP for XL/2 at
+batch 16) and that rate's fraction of the device profile's measured bf16 GEMM peak. ``--profile`` adds one traced run of each timed case, after its timing
 (the project's phase profile: GEMM, attention, norm/elementwise, copies, idle; top kernels; a Perfetto
 trace under ``<out>/profiles/``). Writes JSON with provenance to ``--out``; the tables are printed last.
 One failing case never loses the others.

@@ -14,6 +14,7 @@ are too small for this (its seed-to-seed spread of the Frechet distance is 4 poi
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import statistics
@@ -78,7 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seed_sets:
         for n in steps:
             images, _ = sample_images(model, dict(class_labels=labels, steps=n, guidance_scale=case.guidance_scale,
-                                                  scheduler=case.scheduler, seed=seed), _plain)
+                                                  scheduler=case.scheduler, seed=seed),
+                                         contextlib.nullcontext)
             for metric, value in learned_metrics(classify, images, labels).items():
                 raw[str(n)].setdefault(metric, []).append(value)
         print(f"seed set {seed} done at {time.perf_counter() - started:.0f} s", flush=True)
@@ -108,12 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     target.with_suffix(".txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0
-
-
-def _plain() -> Any:
-    import contextlib
-
-    return contextlib.nullcontext()
 
 
 def table_lines(record: dict[str, Any]) -> list[str]:
