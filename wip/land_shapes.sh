@@ -14,7 +14,7 @@ cp "$kept/shapes_preview.png" docs/
 git add fixtures/shapes golden docs/shapes_preview.png
 git rm -q -r wip/land_shapes.patch wip/land_shapes.sh "$kept" wip/shapes_noise_probe.py wip/shapes_finetune_probe.py \
     wip/shapes_retrain_3min_attention.txt wip/shapes_retrain_3min_manifest.json
-want=6caf8532c262dac3c4833875e8e9372075da98061ada57f1cf309792b2fc917f
+want=2610aef92ee636e10c72ba3042fd8fa0fdff6a0e5e37d8a3c15590c6d584d9a0
 got=$(python3 scripts/gpu_check.py --hash)
 if [ "$got" != "$want" ]; then
     echo "tree hash $got, expected $want: the landed tree differs from the one tested" >&2
