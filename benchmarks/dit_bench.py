@@ -369,11 +369,10 @@ def paired_speedups(runs: dict[str, Callable[[], Any]], pairs: int,
                      "speedup_range": [min(ratios), max(ratios)], "pairs": pairs}
 
 
-def fastest_forward(results: list[dict[str, Any]], fallback: str) -> str:
+def fastest_forward(results: list[dict[str, Any]], fallback: str | None) -> str | None:
     """The switches of the fastest fast forward timed in this run (sampling then uses what was measured
     fastest, not a fixed guess); ``fallback`` when none was timed."""
-    timed = [r for r in results if r.get("switches") is not None and r.get("status") == "ok"
-             and (r.get("timing") or {}).get("median_ms")]
+    timed = [r for r in results if r.get("switches") is not None and r.get("status") == "ok"]
     return min(timed, key=lambda r: r["timing"]["median_ms"])["switches"] if timed else fallback
 
 
@@ -415,11 +414,11 @@ def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
                      f"{(r.get('peak_bytes_above_weights') or 0) / 2**20:8.0f} {_rates(r)}")
     for r in results:
         if "steps" in r and r.get("status") == "ok":
-            low, high = r.get("speedup_range", (r["speedup"], r["speedup"]))
+            low, high = r["speedup_range"]
             lines.append(f"sampling {r['steps']} steps x {r['images']} images + VAE: diffusers pipeline "
                          f"{r['diffusers_pipeline']['median_ms']:.1f} ms, fast[{r['fast_switches']}] "
                          f"{r['fast']['median_ms']:.1f} ms -> {r['speedup']:.2f}x, the median of "
-                         f"{r.get('pairs', '?')} side-by-side pairs ({low:.2f}-{high:.2f}x); peak "
+                         f"{r['pairs']} side-by-side pairs ({low:.2f}-{high:.2f}x); peak "
                          f"{r['fast']['peak_bytes'] / 2**30:.1f} GiB (all resident models)")
         elif "steps" in r:
             lines.append(f"sampling: {r.get('status')} {r.get('error', '')}")
@@ -470,8 +469,12 @@ def main() -> int:
     for switches in filter(None, (s.strip() for s in args.configs.split(";"))):
         bench.record(f"fast[{switches}]", lambda s=switches: bench.fast(s))
     if args.sampling:
-        switches = args.sampling_config if args.sampling_config != "auto" else fastest_forward(bench.results, FASTEST)
-        bench.record("sampling", lambda: bench.sampling(switches))
+        switches = args.sampling_config if args.sampling_config != "auto" else fastest_forward(bench.results, None)
+        origin = ("--sampling-config" if args.sampling_config != "auto" else
+                  "the fastest forward timed in this run" if switches else
+                  "FASTEST: no forward passed its check and was timed in this run")
+        switches = switches or FASTEST
+        bench.record("sampling", lambda: {**bench.sampling(switches), "fast_switches_from": origin})
     eager = next((r.get("timing") or {} for r in bench.results if r["name"] == "diffusers eager"), {}).get("median_ms")
     flops = forward_flops(bench.shapes)
     peak, peak_note = gemm_peak_tflops()
