@@ -60,16 +60,10 @@ def logit_statistics(attention: Any, hidden: Any, block_input: Any) -> dict[str,
     """The numbers of one block at one noise level (see the module docstring)."""
     import torch
 
-    batch, tokens, _ = hidden.shape
-    heads = attention.heads
+    from dit_impl.shapes.logit_cap import attention_logits
 
-    def split(x: torch.Tensor) -> torch.Tensor:
-        return x.view(batch, tokens, heads, -1).transpose(1, 2).float()
-
-    q, k = split(attention.to_q(hidden)), split(attention.to_k(hidden))
-    scale = 1 / math.sqrt(q.shape[-1])
-    logits = (q @ k.transpose(-1, -2)) * scale
-    rounded = (q.bfloat16().float() @ k.bfloat16().float().transpose(-1, -2)) * scale
+    logits = attention_logits(attention, hidden)
+    rounded = attention_logits(attention, hidden, round_to=torch.bfloat16)
     probs, probs_bf16 = logits.softmax(-1), rounded.softmax(-1)
     entropy = -(probs * probs.clamp_min(1e-30).log()).sum(-1).mean(dim=(0, 2))
     return {"max_logit": float(logits.abs().amax()),
@@ -88,21 +82,19 @@ def measure(transformer: Any, timesteps: list[int], images: int, seed: int, devi
     import torch.nn.functional as F
 
     from dit_impl.shapes.family import real_images
-    from dit_impl.shapes.training import BETA_END, BETA_START, TRAIN_STEPS
+    from dit_impl.shapes.training import noise_schedule, noised
 
     labels, pictures = real_images(images, seed, device=device)
     x0 = pictures * 2 - 1
-    betas = torch.linspace(BETA_START, BETA_END, TRAIN_STEPS, dtype=torch.float64)
-    alpha_bar = torch.cumprod(1 - betas, 0).float().to(device)
+    alpha_bar = noise_schedule(device)
     block_in, attn_in, handles = attention_inputs(transformer)
     rows, losses = [], []
     try:
         for t in timesteps:
             generator = torch.Generator(device=device).manual_seed(seed + 1 + t)
             noise = torch.randn(x0.shape, generator=generator, device=device)
-            a = alpha_bar[t]
-            xt = a.sqrt() * x0 + (1 - a).sqrt() * noise
             timestep = torch.full((images,), t, device=device)
+            xt = noised(x0, timestep, noise, alpha_bar)
             with torch.no_grad():
                 predicted = transformer(xt, timestep=timestep, class_labels=labels).sample
                 for index, block in enumerate(transformer.transformer_blocks):

@@ -23,10 +23,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]
-
-from shapes_calibration import CASE, learned_metrics, provenance, sample_images  # noqa: E402
+from harness import ROOT  # noqa: F401 - puts the repository on sys.path
+from shapes_calibration import CASE, learned_metrics, provenance, sample_images
 
 #: two-sided 95 % quantiles of Student's t by degrees of freedom (sets - 1)
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,

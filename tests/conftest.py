@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import sys
+from pathlib import Path
+
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -42,3 +48,21 @@ def use_profile(monkeypatch: pytest.MonkeyPatch):
         device.clear_cache()
 
     return select
+
+
+@pytest.fixture(scope="module")
+def load_benchmark():
+    """Import a script of ``benchmarks/`` by name; ``benchmarks/`` stays on ``sys.path`` for the test module
+    (the scripts import their siblings, some lazily)."""
+    sys.path.insert(0, str(BENCHMARKS))
+
+    def load(name: str):
+        spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+
+    try:
+        yield load
+    finally:
+        sys.path.remove(str(BENCHMARKS))

@@ -155,6 +155,6 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
             handle.remove()
     info = dict(config=cfg.name, seed=seed, steps=steps, guidance_scale=guidance_scale, scheduler=scheduler,
                 class_labels=list(class_labels), dtype=str(dtype).replace("torch.", ""), device=str(device),
-                weights=model.source)
+                weights=model.source, implementation=model.implementation)
     return SampleResult(latents=final.clone(), step_latents=step_latents, images=images, activations=activations,
                         timesteps=[int(t) for t in sched.timesteps], info=info)

@@ -34,12 +34,14 @@ class WeightsError(ValueError):
 
 @dataclass
 class DitModel:
-    """A transformer and a VAE for one named configuration, with where their weights came from."""
+    """A transformer and a VAE for one named configuration, with where their weights came from and which
+    implementation runs them (a golden is made for weights, not for the code that ran them)."""
 
     config: DitConfig
     transformer: "DiTTransformer2DModel"
     vae: "AutoencoderKL | None"  # None in pixel space
     source: str  # "random(seed=N)", "local:<folder>" or "shipped:<config>@<sha256 prefix>"
+    implementation: str = "baseline"  # or "fast(<switches>)"
 
     @property
     def dtype(self) -> "torch.dtype":

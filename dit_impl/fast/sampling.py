@@ -40,7 +40,8 @@ def fast_model(baseline: "DitModel", options: FastOptions | None = None) -> "Dit
 
     options = options or FastOptions()
     transformer = fast_transformer(baseline.transformer, options)
-    return DitModel(baseline.config, transformer, baseline.vae, source=f"{baseline.source}+fast({options.label()})")
+    return DitModel(baseline.config, transformer, baseline.vae, source=baseline.source,
+                    implementation=f"fast({options.label()})")
 
 
 def sample(model: "DitModel", class_labels: Sequence[int], **kwargs: Any) -> "SampleResult":

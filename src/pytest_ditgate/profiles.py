@@ -7,7 +7,6 @@ live in ``pytest_ditgate/profiles/``; a user profile is any JSON file with the s
 from __future__ import annotations
 
 import dataclasses
-import math
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -16,6 +15,7 @@ from pytest_ditgate import toolchain
 from pytest_ditgate.device import SDPA_BACKENDS, arch_label
 from pytest_ditgate.errors import ProfileError
 from pytest_ditgate.fsutil import CorruptFile, decode_json_object
+from pytest_ditgate.numbers import finite_number
 
 REQUIRED_FIELDS = ("name", "arch")
 
@@ -126,8 +126,7 @@ def validate_profile(data: dict[str, Any], origin: str) -> None:
 
 
 def _positive(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-            and value > 0)
+    return finite_number(value) and value > 0
 
 
 def _validate_peaks(peaks: Any, where: str) -> None:

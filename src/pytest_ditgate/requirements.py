@@ -14,6 +14,7 @@ from typing import Any, Callable
 
 from pytest_ditgate.device import SDPA_BACKENDS, DeviceInfo
 from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.numbers import finite_number
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt,
@@ -188,7 +189,7 @@ def parse_requirements(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Require
         fields["cc"] = parse_version_spec(kwargs["cc"], what="requires_gpu(cc=...)", arch=True)
     if "min_memory_gb" in kwargs:
         value = kwargs["min_memory_gb"]
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if not finite_number(value) or value <= 0:
             raise DitgateUsageError(f"requires_gpu(min_memory_gb=...) takes a finite positive number of GB, "
                                     f"got {value!r}")
         fields["min_memory_gb"] = float(value)

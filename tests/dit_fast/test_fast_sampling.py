@@ -19,7 +19,10 @@ def test_fast_sampling_matches_baseline_latents_and_images() -> None:
     expected = sample(baseline, **args)
     fast = fast_model(baseline, FastOptions(dtype="float32"))
     got = fast_sample(fast, **args)
-    assert "fast(dtype=float32)" in fast.source
+    assert fast.implementation == "fast(dtype=float32)" and fast.source == baseline.source
+    # a golden frozen from the baseline is this run's baseline too: the same weights, another implementation
+    assert got.info["weights"] == expected.info["weights"] == "random(seed=2)"
+    assert (expected.info["implementation"], got.info["implementation"]) == ("baseline", "fast(dtype=float32)")
     got_tensors = got.tensors()
     for name, tensor in expected.tensors().items():
         assert rel_l2(got_tensors[name], tensor) < 1e-5, name

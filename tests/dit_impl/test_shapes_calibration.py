@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
@@ -13,17 +12,14 @@ ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "shapes_calibration_sm_90.json"
 
 
-def _calibration():
-    spec = importlib.util.spec_from_file_location("shapes_calibration", ROOT / "benchmarks" / "shapes_calibration.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+@pytest.fixture(scope="module")
+def calibration(load_benchmark):
+    return load_benchmark("shapes_calibration")
 
 
-def test_contract_holds_the_derived_limits() -> None:
+def test_contract_holds_the_derived_limits(calibration) -> None:
     from pytest_ditgate.quality import load_contract
 
-    calibration = _calibration()
     record = json.loads(RESULTS.read_text())
     limits = calibration.derive_limits(record["stats"], record["raw"], record["images"],
                                          calibration.load_kernel_order())
@@ -61,12 +57,11 @@ def test_recorded_transitions_show_every_flip_and_the_harmful_changes_fail() -> 
     assert record["arch"] == "sm_90" and math.isfinite(record["seconds"])
 
 
-def test_no_shapes_pixel_limit_passes_the_dropped_shift() -> None:
+def test_no_shapes_pixel_limit_passes_the_dropped_shift(calibration) -> None:
     """Every pixel/latent limit the rule sets for the shapes cases can fail: the dropped adaLN shift's worst
     recorded value violates each one, for every dtype (a bound below zero correlation would pass it)."""
     from pytest_ditgate.quality import load_contract
 
-    calibration = _calibration()
     record = json.loads(RESULTS.read_text())
     broken = record["stats"]["dropped-shift"]
     contract = load_contract(ROOT / "fixtures" / "quality_contract.toml")

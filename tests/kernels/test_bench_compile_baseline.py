@@ -7,26 +7,14 @@ did there after ``check_kernel`` called the compiled reference under its poisoni
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
 
 torch = pytest.importorskip("torch")
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "kernels_bench.py"
-
 
 @pytest.fixture(scope="module")
-def bench():
-    import sys
-
-    if str(BENCH.parent) not in sys.path:  # the script imports its sibling harness.py, as when run directly
-        sys.path.insert(0, str(BENCH.parent))
-    spec = importlib.util.spec_from_file_location("kernels_bench_under_test", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def bench(load_benchmark):
+    return load_benchmark("kernels_bench")
 
 
 def _inputs(seed: int, shapes=((2, 4, 32), (2, 32), (2, 32))):

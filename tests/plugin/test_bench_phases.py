@@ -251,6 +251,16 @@ def _bench_ledger(root: Path, profiles: list) -> None:
     (root / "bench.jsonl").write_text(json.dumps(record) + "\n")
 
 
+def test_report_withholds_a_gemm_rate_over_too_little_of_the_gemm_time(tmp_path: Path) -> None:
+    """The terminal summary and ``ditgate report`` apply the same coverage rule to a phase rate."""
+    from pytest_ditgate.verdict.report import build_report
+
+    good = summarize_trace(device_trace(), {1: (80_000_000_000, "bf16")}, label="fwd", peaks=PEAKS).to_dict()
+    _bench_ledger(tmp_path, [dict(good, gemm=dict(good["gemm"], coverage=0.2))])
+    page = build_report(tmp_path)
+    assert "nvjet_tst_128x256" in page.html and "800.0 (100% of bf16 peak)" not in page.html
+
+
 def test_report_has_a_phase_section_with_bars_or_says_they_were_left_out(tmp_path: Path, monkeypatch) -> None:
     from pytest_ditgate.verdict.report import NO_PHASE_BARS, build_report
 

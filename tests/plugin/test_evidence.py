@@ -120,6 +120,17 @@ def test_the_drift_check_leaves_host_clocks_alone() -> None:
     assert _judged("wall", reference_ms=2.0 * REFERENCE_DRIFT * 1.5, baseline_ms=2.0) == []
 
 
+def test_timing_samples_must_be_numbers_not_json_booleans() -> None:
+    """JSON's true is an int to Python: a forged record of true samples must not read as 1 ms timings."""
+    from pytest_ditgate.experiment.evidence import rederive
+
+    record = _comparison("events", 2.0)
+    record["comparison"]["a"]["samples_ms"] = [True] * 9
+    derived, problem = rederive(record)
+    assert derived is None and "not positive finite numbers" in problem
+    assert rederive(_comparison("events", 2.0))[0] is not None
+
+
 def test_the_judge_reads_the_projects_weights_as_the_childs_quality_session_does(tmp_path: Path) -> None:
     """LPIPS and CLIP weights named in [tool.ditgate] count in the judge too: a judge that knew only the
     classifier failed honest runs whose contract requires LPIPS with 'missing weights'."""

@@ -3,25 +3,12 @@ is held to, and that a perturbed in-graph trace is never used as truth."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def fidelity():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("timer_fidelity", ROOT / "benchmarks" / "timer_fidelity.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        yield module
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
+def fidelity(load_benchmark):
+    return load_benchmark("timer_fidelity")
 
 
 def rounds(truth: float, in_graph: float, replay: float, graph: float, dbcg: float, auto: float) -> list[dict]:

@@ -11,10 +11,10 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import math
 import warnings
 
 from pytest_ditgate.fsutil import LedgerWarning, append_jsonl, ensure_gitignore, read_jsonl, read_jsonl_report
+from pytest_ditgate.numbers import finite_number
 
 if TYPE_CHECKING:
     from pytest_ditgate.bench.comparison import Comparison
@@ -96,11 +96,7 @@ class Ledger:
         return min(matching, key=lambda r: float(r["ratio"]), default=None)
 
 
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
 def well_formed_comparison(record: dict[str, Any]) -> bool:
     """A comparison record the report and the best lookup can use: finite ratio and interval, str names."""
-    return (all(_finite(record.get(key)) for key in ("ratio", "ci_low", "ci_high"))
+    return (all(finite_number(record.get(key)) for key in ("ratio", "ci_low", "ci_high"))
             and isinstance(record.get("test", ""), str) and isinstance(record.get("lane", ""), str))

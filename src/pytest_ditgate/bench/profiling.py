@@ -26,6 +26,7 @@ from typing import Any, Iterable, Mapping
 
 from pytest_ditgate.bench.phases import PHASES, classify
 from pytest_ditgate.bench.traffic import op_bytes
+from pytest_ditgate.numbers import finite_number
 
 #: folder under the artefact folder that holds the traces
 PROFILE_DIR = "profiles"
@@ -72,9 +73,7 @@ class Activity:
 
 def _ns(value: Any) -> int | None:
     """A trace timestamp (microseconds, float) in integer nanoseconds; None when it is not a number."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return int(round(value * 1000))
+    return int(round(value * 1000)) if finite_number(value) else None
 
 
 def _int(value: Any) -> int | None:

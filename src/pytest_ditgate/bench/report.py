@@ -129,13 +129,18 @@ def profile_name(test: str, profile: dict[str, Any]) -> str:
 MIN_RATE_COVERAGE = 0.5
 
 
-def _too_few(summary: dict[str, Any], title: str, time: str, amount: str) -> str | None:
-    """The line that replaces a phase rate computed over too little of the phase (a CUDA graph replay
-    records no launching ops, so its kernels carry no FLOPs or bytes): None when the rate stands."""
+def rate_withheld(summary: dict[str, Any]) -> bool:
+    """Whether a phase summary's rate is computed over too little of the phase to be shown (a CUDA graph
+    replay records no launching ops, so its kernels carry no FLOPs or bytes). Every report asks this."""
     coverage = summary.get("coverage")
-    if coverage is None or coverage >= MIN_RATE_COVERAGE:
+    return coverage is not None and coverage < MIN_RATE_COVERAGE
+
+
+def _too_few(summary: dict[str, Any], title: str, time: str, amount: str) -> str | None:
+    """The line that replaces a withheld phase rate; None when the rate stands."""
+    if not rate_withheld(summary):
         return None
-    return (f"    {title}: {amount} known for only {coverage:.0%} of {time}; no rate for the phase "
+    return (f"    {title}: {amount} known for only {summary['coverage']:.0%} of {time}; no rate for the phase "
             f"(the top kernels' own rates stand)")
 
 
@@ -162,20 +167,18 @@ def profile_lines(rows: list[dict[str, Any]]) -> list[str]:
         lines = [f"    {_short(k['name'])}: {_with_unit(k['ms'])} x{k['count']} {LABELS.get(k['phase'], k['phase'])}"
                  + (f", {rate}" if (rate := kernel_rate(k)) else "") for k in (r.get("kernels") or [])[:TOP_IN_SUMMARY]]
         gemm = r.get("gemm") or {}
-        if gemm.get("tflops") is not None and (few := _too_few(gemm, "GEMM", "GEMM time", "FLOPs")):
-            lines.append(few)
-        elif gemm.get("tflops") is not None:
+        if gemm.get("tflops") is not None:
             peak = f", {gemm['peak_fraction']:.0%} of the {gemm['dtype']} peak" if gemm.get("peak_fraction") else ""
-            lines.append(f"    GEMM: {gemm['tflops']:.3g} TFLOP/s over {gemm['coverage']:.0%} of GEMM time with "
-                         f"known FLOPs{peak}")
+            lines.append(_too_few(gemm, "GEMM", "GEMM time", "FLOPs")
+                         or f"    GEMM: {gemm['tflops']:.3g} TFLOP/s over {gemm['coverage']:.0%} of GEMM time with "
+                            f"known FLOPs{peak}")
         memory = r.get("memory") or {}
         kinds = "norm/elementwise + memcpy/memset"
-        if memory.get("gbps") is not None and (few := _too_few(memory, "memory-bound", f"{kinds} time", "bytes")):
-            lines.append(few)
-        elif memory.get("gbps") is not None:
+        if memory.get("gbps") is not None:
             peak = f", {memory['peak_fraction']:.0%} of the copy peak" if memory.get("peak_fraction") else ""
-            lines.append(f"    memory-bound: {memory['gbps']:.4g} GB/s over {memory['coverage']:.0%} of "
-                         f"{kinds} time with known bytes{peak}")
+            lines.append(_too_few(memory, "memory-bound", f"{kinds} time", "bytes")
+                         or f"    memory-bound: {memory['gbps']:.4g} GB/s over {memory['coverage']:.0%} of "
+                            f"{kinds} time with known bytes{peak}")
         if (idle := idle_line(r)) is not None:
             lines.append(f"    {idle}")
         if r.get("trace"):

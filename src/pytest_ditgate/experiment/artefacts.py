@@ -10,6 +10,9 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.project_config import load_project_config, project_path
+
 ENV = "DITGATE_DIR"
 DEFAULT = ".ditgate"
 
@@ -20,15 +23,10 @@ def resolve_artefact_dir(root: str | Path, option: str | None = None, *, env: Ma
     root = Path(root)
     env = os.environ if env is None else env
     if table is None:
-        from pytest_ditgate.errors import DitgateUsageError
-        from pytest_ditgate.project_config import load_project_config
-
         try:
             table = load_project_config(root)
         except DitgateUsageError:
             table = {}
     configured = table.get("artefact_dir")
     raw = option or env.get(ENV) or (configured if isinstance(configured, str) else None) or DEFAULT
-    from pytest_ditgate.project_config import project_path
-
     return project_path(root, raw)

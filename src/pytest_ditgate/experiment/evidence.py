@@ -15,6 +15,7 @@ from typing import Any
 from pytest_ditgate.fsutil import read_jsonl
 from pytest_ditgate.golden.keys import device_of
 from pytest_ditgate.golden.quality_inputs import for_tensors, frozen_record
+from pytest_ditgate.numbers import finite_number
 from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 from pytest_ditgate.verdict.outcome import Category, GateOutcome
 
@@ -86,8 +87,7 @@ def rederive(record: dict[str, Any]) -> tuple[dict[str, Any] | None, str | None]
     name = comparison_name(record)
     a, b = c.get("a", {}).get("samples_ms") or [], c.get("b", {}).get("samples_ms") or []
     for side, samples in (("candidate", a), ("reference", b)):
-        if len(samples) < MIN_SAMPLES or not all(isinstance(x, (int, float)) and math.isfinite(x) and x > 0
-                                                 for x in samples):
+        if len(samples) < MIN_SAMPLES or not all(finite_number(x) and x > 0 for x in samples):
             return None, f"{name}: {side} timing samples are missing, too few or not positive finite numbers"
     try:
         interval = ratio_interval(a, b, method=str(c.get("method", "bootstrap")),

@@ -98,7 +98,7 @@ class Golden:
     def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], *, device: Any = None,
               compare: Callable[[Mapping[str, Any], "GoldenHit"], Any] | None = None,
               metadata: Mapping[str, Any] | None = None, optional: Iterable[str] = (),
-              quality_inputs: Mapping[str, Any] | None = None) -> "GoldenResult":
+              quality_inputs: Mapping[str, Any] | None = None, frozen_with: Iterable[str] = ()) -> "GoldenResult":
         """Compare ``tensors`` with golden ``name``; raises ``GateFailure`` on a mismatch or missing golden.
 
         ``compare(candidate, hit)`` replaces the default :class:`TensorComparator`; under
@@ -108,11 +108,14 @@ class Golden:
         Every other golden tensor is required. ``device`` may also be a machine key (:meth:`machine_key`).
         ``quality_inputs``: what ``compare`` judges the tensors with beyond them (``kinds``, ``labels`` of
         ``quality_gate.check``), frozen with the golden for ``ditgate experiment``'s judge, which re-judges out of
-        process; a check giving other ones than were frozen fails (``golden_stale``).
+        process; a check giving other ones than were frozen fails (``golden_stale``). ``frozen_with``: keys of
+        ``metadata`` that make the golden this test's baseline (weights, seed, steps); a golden frozen with
+        other values there fails as ``golden_stale`` too, naming them, rather than as a mismatch.
         """
         __tracebackhide__ = True
         key = device_key(device, tensors)
         if is_machine_key(key) and key in self.fingerprints:
             metadata = {"machine": self.fingerprints[key], **dict(metadata or {})}
         return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata,
-                                  optional=tuple(optional), quality_inputs=quality_inputs)
+                                  optional=tuple(optional), quality_inputs=quality_inputs,
+                                  frozen_with=tuple(frozen_with))

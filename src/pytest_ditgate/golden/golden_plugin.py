@@ -18,6 +18,7 @@ from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.golden.options import FREEZE, GOLDEN_DIR, REFREEZE
 from pytest_ditgate.keys import golden_session_key
+from pytest_ditgate.project_config import project_path
 
 WORKER_OUTPUT = "ditgate_golden"
 
@@ -36,8 +37,7 @@ class GoldenPluginState:
 
 def golden_dir(config: pytest.Config) -> Path:
     raw = options.get_option(config, GOLDEN_DIR)
-    path = Path(raw) if raw else Path(config.rootpath) / "golden"
-    path = path if path.is_absolute() else Path(config.rootpath) / path
+    path = project_path(config.rootpath, raw) if raw else Path(config.rootpath) / "golden"
     if path.exists() and not path.is_dir():
         raise pytest.UsageError(f"--ditgate-golden-dir={raw}: {path} is a file, not a folder (the golden store "
                                 "holds manifest.json and <device key>/*.safetensors)")

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.fsutil import lock_for
 from pytest_ditgate.golden.comparator import TensorComparator
+from pytest_ditgate.golden.frozen_with import disagreement as metadata_disagreement
 from pytest_ditgate.golden.keys import KeyStep, fallback_chain, is_machine_key, validate_key
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
 from pytest_ditgate.golden.quality_inputs import PROVENANCE_KEY, disagreement, frozen_record, quality_record
@@ -148,12 +149,14 @@ class GoldenSession:
     def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], key: str, *,
               compare: Callable[[Mapping[str, Any], GoldenHit], Any] | None = None,
               nodeid: str = "", metadata: Mapping[str, Any] | None = None,
-              optional: tuple[str, ...] = (), quality_inputs: Mapping[str, Any] | None = None) -> GoldenResult:
+              optional: tuple[str, ...] = (), quality_inputs: Mapping[str, Any] | None = None,
+              frozen_with: tuple[str, ...] = ()) -> GoldenResult:
         """Compare ``tensors`` with the golden ``name`` (or queue it, in freeze/refreeze mode).
 
         ``quality_inputs`` (``kinds``, ``labels``: what ``compare`` judges with beyond the tensors) are frozen
         with the golden, so that a judge in another process judges a candidate's tensors as ``compare`` does;
-        a check whose inputs differ from the frozen ones fails (``golden_stale``): refreeze.
+        a check whose inputs differ from the frozen ones fails (``golden_stale``): refreeze. So does a check
+        whose ``metadata`` differs from the frozen entry's at a key named in ``frozen_with`` (weights, seed).
 
         Golden tensors matching an ``optional`` glob may be absent from the candidate (diagnostics it
         cannot produce); they are listed in the result's ``not_compared``. Every other golden tensor is
@@ -164,6 +167,9 @@ class GoldenSession:
         validate_key(key)
         if not tensors:
             raise ValueError(f"golden {name!r}: no tensors to check")
+        unnamed = [k for k in frozen_with if k not in (metadata or {})]
+        if unnamed:
+            raise ValueError(f"golden {name!r}: frozen_with names {', '.join(unnamed)}, which metadata does not give")
         self.used.add(name)
         exists = self.manifest().get(name, key) is not None or f"{key}/{name}" in self.pending
         if self.mode == "refreeze" or (self.mode == "freeze" and not exists):
@@ -171,6 +177,12 @@ class GoldenSession:
                         quality=quality_record(quality_inputs))
             return GoldenResult(name, "overwritten" if exists else "written", key)
         hit = self.lookup(name, key, nodeid=nodeid)
+        frozen = hit.entry.provenance.get("metadata")
+        changed = metadata_disagreement(metadata or {}, frozen if isinstance(frozen, Mapping) else {}, frozen_with)
+        if changed:
+            raise GateFailure("golden_stale", f"{hit.describe()} was frozen for other inputs than this test gives "
+                                              f"({changed}): it is not this test's baseline; refreeze it "
+                                              "(pytest --ditgate --ditgate-refreeze) if the change is meant")
         absent = sorted(set(hit.tensors) - set(tensors))
         not_compared = tuple(n for n in absent if any(fnmatch.fnmatchcase(n, p) for p in optional))
         # the tensor names are checked here, for every comparator; the comparator judges the shared ones

@@ -6,13 +6,13 @@ judge never reads the mirror: a lane's best lives in its hash-chained history
 
 from __future__ import annotations
 
-import math
 import re
 from pathlib import Path
 from typing import Any
 
 from pytest_ditgate.fsutil import (CorruptFile, append_jsonl, atomic_write_json, lock_for, read_json_object,
                                    read_jsonl_report, skipped_message)
+from pytest_ditgate.numbers import finite_number
 
 TSV_COLUMNS = ("timestamp", "commit", "parent", "status", "class", "objective_metric", "best_before",
                "candidate", "improvement_pct", "peak_vram_gb", "quality", "description")
@@ -109,7 +109,7 @@ def _best_problem(record: dict[str, Any]) -> str | None:
         return "no 'objective' object"
     for key in ("ratio", "ci_low", "ci_high"):
         value = objective.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        if not finite_number(value) or value <= 0:
             return f"objective.{key} must be a positive finite number, found {value!r}"
     if record.get("comparisons") is not None and not isinstance(record["comparisons"], list):
         return "'comparisons' must be a list"

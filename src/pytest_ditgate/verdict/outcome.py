@@ -36,7 +36,7 @@ REASON_CATEGORIES: dict[str, Category] = {
     "classification": Category.CLASSIFICATION,
     **{code: Category.PERFORMANCE for code in ("too_slow", "performance", "not_faster")},
     "crash": Category.CRASH,
-    "golden_stale": Category.CRASH,  # a baseline frozen with other quality inputs than its test gives: setup
+    "golden_stale": Category.CRASH,  # a baseline frozen with other inputs than its test gives: setup
 }
 
 #: severity order for picking the headline reason: integrity first, so that no crash or other failure can

@@ -13,13 +13,13 @@ from __future__ import annotations
 import base64
 import html
 import io
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from pytest_ditgate.bench.ledger import LEDGER_FILE, well_formed_comparison
 from pytest_ditgate.fsutil import read_jsonl_report
+from pytest_ditgate.numbers import finite_number
 from pytest_ditgate.verdict.ledger import EXPERIMENTS_JSONL
 
 HEATMAP_GLOB = "quality/**/*.png"
@@ -39,9 +39,7 @@ class ReportPage:
 
 def _num(value: Any) -> float | None:
     """``value`` as a finite float, or None (bools, strings, NaN and inf are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
+    return float(value) if finite_number(value) else None
 
 
 def _obj(value: Any) -> dict[str, Any]:
@@ -215,7 +213,7 @@ def _phase_profiles(records: list[dict[str, Any]], notes: list[str], path: Path)
 
 def _profile_rows(profiles: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]:
     from pytest_ditgate.bench.phases import PHASES
-    from pytest_ditgate.bench.report import kernel_rate, profile_name
+    from pytest_ditgate.bench.report import kernel_rate, profile_name, rate_withheld
 
     rows = []
     for test, profile in profiles:
@@ -223,7 +221,7 @@ def _profile_rows(profiles: list[tuple[str, dict[str, Any]]]) -> list[list[Any]]
         kernels = profile.get("kernels") if isinstance(profile.get("kernels"), list) else []
         top = _obj(kernels[0]) if kernels else {}
         gemm = _obj(profile.get("gemm"))
-        gemm_text = _fmt(gemm.get("tflops"), ".1f")
+        gemm_text = "" if rate_withheld(gemm) else _fmt(gemm.get("tflops"), ".1f")
         if gemm_text and _num(gemm.get("peak_fraction")) is not None:
             gemm_text += f" ({gemm['peak_fraction']:.0%} of {_text(gemm.get('dtype'))} peak)"
         notes = profile.get("notes") if isinstance(profile.get("notes"), list) else []

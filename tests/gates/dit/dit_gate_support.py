@@ -49,6 +49,12 @@ def full_fp32() -> Iterator[None]:
         yield
 
 
+#: the metadata that makes a golden a case's baseline: a golden frozen with other values there (new weights,
+#: another seed) is stale, not a mismatch; dtype, device and the implementation may differ (bf16 runs and
+#: fast candidates are judged against float32 baseline goldens). ``weights`` names random weights' seed too
+FROZEN_WITH = ("config", "weights", "seed", "steps", "scheduler", "guidance_scale", "class_labels")
+
+
 def case_metadata(case: CorpusCase, info: dict[str, Any]) -> dict[str, Any]:
     """What a golden records about the run that made it (manifest provenance)."""
     return {"case": case.name, "weights_seed": WEIGHTS_SEED, **info}

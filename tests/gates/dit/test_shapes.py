@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from dit_gate_support import (case_metadata, contract_compare, drop_shift, full_fp32, latent_kinds, shapes_model,
-                              shapes_tensors)
+from dit_gate_support import (FROZEN_WITH, case_metadata, contract_compare, drop_shift, full_fp32, latent_kinds,
+                              shapes_model, shapes_tensors)
 
 GPU = pytest.mark.requires_gpu(bf16=True, why="dit-s-shapes on the GPU")
 LEARNED = {"class_accuracy", "frechet_distance"}
@@ -45,7 +45,8 @@ def test_shapes_cpu_case_matches_frozen_baseline(shapes_cpu_case, golden, qualit
     tensors = shapes_tensors(result)
     outcome = golden.check(case.name, tensors, device="cpu",
                            compare=contract_compare(quality_gate, case.name, labels=case.labels),
-                           metadata=case_metadata(case, result.info), quality_inputs=quality_inputs(case, tensors))
+                           metadata=case_metadata(case, result.info), frozen_with=FROZEN_WITH,
+                           quality_inputs=quality_inputs(case, tensors))
     if outcome.status == "matched":  # not a fresh freeze: the learned metrics judged the images
         assert LEARNED <= set(outcome.comparison.perceptual)
 
@@ -60,7 +61,8 @@ def test_shapes_bf16_passes_numerical_against_fp32_golden(shapes_gpu_case, golde
     outcome = golden.check(case.name, tensors, device="cuda",
                            compare=contract_compare(quality_gate, case.name, experiment_class="numerical",
                                                     labels=case.labels),
-                           metadata=case_metadata(case, result.info), quality_inputs=quality_inputs(case, tensors))
+                           metadata=case_metadata(case, result.info), frozen_with=FROZEN_WITH,
+                           quality_inputs=quality_inputs(case, tensors))
     if outcome.status == "matched":
         assert LEARNED <= set(outcome.comparison.perceptual)
 

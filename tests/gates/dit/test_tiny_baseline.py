@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from dit_gate_support import case_metadata, contract_compare
+from dit_gate_support import FROZEN_WITH, case_metadata, contract_compare
 from pytest_ditgate.errors import GateFailure
 
 
@@ -14,7 +14,7 @@ def test_tiny_case_matches_frozen_baseline(tiny_case, tiny_model, dit_sampler, g
     result = dit_sampler(tiny_model, **tiny_case.sample_kwargs())
     outcome = golden.check(tiny_case.name, result.tensors(), device="cpu",
                            compare=contract_compare(quality_gate, tiny_case.name),
-                           metadata=case_metadata(tiny_case, result.info))
+                           metadata=case_metadata(tiny_case, result.info), frozen_with=FROZEN_WITH)
     if outcome.status == "matched":  # not a fresh freeze: the contract judged every frozen tensor
         assert outcome.key_used == "cpu" and not outcome.fallback
         assert {name.rsplit(".", 1)[0] for name in outcome.comparison.metrics} == set(outcome.hit.tensors)

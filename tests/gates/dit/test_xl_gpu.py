@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dit_gate_support import WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_metadata, contract_compare, full_fp32
+from dit_gate_support import (FROZEN_WITH, WEIGHTS_SEED, XL_ACTIVATION_IMAGES, XL_ACTIVATION_TOKENS, case_metadata,
+                              contract_compare, full_fp32)
 
 pytestmark = pytest.mark.requires_gpu(bf16=True, min_memory_gb=20, why="DiT-XL/2 sampling")
 
@@ -36,7 +37,7 @@ def test_xl_bf16_passes_numerical_against_fp32_golden(xl_case, golden, quality_g
     result, tensors = run_xl(xl_case, dtype, dit_sampler)
     outcome = golden.check(xl_case.name, tensors, device="cuda",
                            compare=contract_compare(quality_gate, xl_case.name, experiment_class="numerical"),
-                           metadata=case_metadata(xl_case, result.info))
+                           metadata=case_metadata(xl_case, result.info), frozen_with=FROZEN_WITH)
     if outcome.status == "matched":  # not a fresh freeze: the contract judged every frozen tensor
         assert {name.rsplit(".", 1)[0] for name in outcome.comparison.metrics} == set(outcome.hit.tensors)
 

@@ -1,10 +1,8 @@
 #!/usr/bin/env python3
-"""CPU experiment (thirteenth session): how a shapes DiT predicts at high noise, and what diffusers' per-block
-label drop does to a training batch. Not a benchmark of the project; it produced the numbers in wip/README.md
-and docs/quality_calibration.md.
+"""How a shapes DiT predicts at high noise, and what diffusers' per-block label drop does to a training batch.
 
-    python3 wip/shapes_noise_probe.py                     # the shipped weights
-    python3 wip/shapes_noise_probe.py --weights DIR       # a retrained diffusers folder (transformer/)
+    python3 benchmarks/shapes_noise.py > benchmarks/results/shapes_noise_cpu.txt   # the shipped weights, CPU
+    python3 benchmarks/shapes_noise.py --weights DIR       # a retrained diffusers folder (transformer/)
 
 1. For 200 real images (20 per class, seed 7) noised to t = 999 ... 100: the noise loss, and the error of the
    x0 that the noise prediction implies, conditional and unconditional, beside the error of the mean image
@@ -17,10 +15,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "src")]
+from harness import ROOT  # noqa: F401 - puts the repository on sys.path
 
 
 def main() -> int:
@@ -32,17 +28,16 @@ def main() -> int:
 
     from dit_impl.baseline import load_model
     from dit_impl.shapes.family import NUM_CLASSES, render
-    from dit_impl.shapes.training import BETA_END, BETA_START, TRAIN_STEPS
+    from dit_impl.shapes.training import TRAIN_STEPS, noise_schedule, noised, single_label_drop
 
     torch.set_num_threads(2)
     transformer = load_model("dit-s-shapes", weights=args.weights, dtype="float32", device="cpu").transformer
-    betas = torch.linspace(BETA_START, BETA_END, TRAIN_STEPS, dtype=torch.float64)
-    alpha_bar = torch.cumprod(1 - betas, 0).float()
+    alpha_bar = noise_schedule("cpu")
 
-    def noised(x0: torch.Tensor, t: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    def noised_with_noise(x0: torch.Tensor, t: torch.Tensor, generator: torch.Generator
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
         noise = torch.randn(x0.shape, generator=generator)
-        a = alpha_bar[t].view(-1, 1, 1, 1)
-        return a.sqrt() * x0 + (1 - a).sqrt() * noise, noise
+        return noised(x0, t, noise, alpha_bar), noise
 
     generator = torch.Generator().manual_seed(7)
     labels = torch.arange(NUM_CLASSES).repeat_interleave(20)
@@ -54,7 +49,7 @@ def main() -> int:
     with torch.no_grad():
         for t in (999, 950, 900, 800, 700, 600, 500, 300, 100):
             steps = torch.full((len(x0),), t)
-            xt, noise = noised(x0, steps, generator)
+            xt, noise = noised_with_noise(x0, steps, generator)
             a = alpha_bar[t]
 
             def x0_error(predicted: torch.Tensor) -> float:
@@ -69,14 +64,14 @@ def main() -> int:
     labels = torch.randint(0, NUM_CLASSES, (64,), generator=generator)
     x0 = render(labels, generator) * 2 - 1
     steps = torch.randint(600, TRAIN_STEPS, (64,), generator=generator)
-    xt, noise = noised(x0, steps, generator)
-    drops = [m for m in transformer.modules() if hasattr(m, "token_drop")]
-    print(f"one batch of 64 at t = 600..999, {len(drops)} label embeddings:")
+    xt, noise = noised_with_noise(x0, steps, generator)
+    embeddings = sum(hasattr(m, "token_drop") for m in transformer.modules())
+    print(f"one batch of 64 at t = 600..999, {embeddings} label embeddings:")
     with torch.no_grad():
-        for mode, drop in (("eval", None), ("train", None), ("train, label drops off", 0.0)):
-            getattr(transformer, mode.split(",")[0])()
-            for module in drops:
-                module.dropout_prob = module.dropout_prob if drop is None else drop
+        for mode in ("eval", "train", "train, label drops off"):
+            transformer.train(mode.startswith("train"))
+            if mode.endswith("off"):
+                single_label_drop(transformer)
             torch.manual_seed(0)
             loss = ((transformer(xt, timestep=steps, class_labels=labels).sample - noise) ** 2).mean().item()
             print(f"  {mode:24s} noise loss {loss:.5f}")
