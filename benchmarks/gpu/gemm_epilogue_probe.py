@@ -1,0 +1,250 @@
+"""Can a Triton GEMM carry the DiT block's elementwise work and keep cuBLAS's speed? (issue 18)
+
+``docs/dit_forward_budget.md`` finds the 6.0 ms forward needs the GEMMs to absorb the elementwise kernels:
+GELU in fc1's epilogue without cuBLAS's loss of efficiency there, and the per-(image, channel) gated
+residual ``x + gate * (A @ W.T + b)`` in the epilogues of attention-out and fc2, which cuBLAS epilogues
+cannot express. This probe answers the first question of that project before any model code changes: at
+the four GEMM shapes of a DiT-XL/2 block at batch 16 (M = 4096 tokens), how fast is a TMA Triton GEMM with
+each epilogue, against what the fast forward runs today (cuBLAS, plus the lone gated-residual kernel)?
+
+Two kernels, each timed at a few tile configurations: one tile per program, and persistent (one program per
+SM walking the tiles). Every case is checked against a float32 reference first; times are medians of
+``pytest_ditgate``'s CUDA-graph timer, candidate and cuBLAS interleaved round by round.
+
+    python benchmarks/gpu/gemm_epilogue_probe.py --out results.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from harness import log  # noqa: E402
+
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
+
+TOKENS, IMAGES, HIDDEN = 256, 16, 1152
+#: name -> (N, K, epilogue): the GEMMs of one block at M = TOKENS * IMAGES
+SHAPES = {
+    "qkv": (3 * HIDDEN, HIDDEN, "bias"),
+    "attn_out": (HIDDEN, HIDDEN, "gated"),
+    "fc1": (4 * HIDDEN, HIDDEN, "gelu"),
+    "fc2": (HIDDEN, 4 * HIDDEN, "gated"),
+}
+EPILOGUES = {"bias": 0, "gelu": 1, "gated": 2}
+#: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps)
+CONFIGS = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8), (128, 64, 64, 4, 4)]
+GEMM_PEAK_TFLOPS = 800.0  # the h200 device profile's measured bf16 torch.matmul peak
+
+
+@triton.jit
+def _epilogue(acc, off_m, off_n, N, bias_ptr, gate_ptr, gate_stride, res_desc,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, EPILOGUE: tl.constexpr, TOKENS_PER_IMAGE: tl.constexpr):
+    cols = off_n + tl.arange(0, BLOCK_N)
+    acc = acc + tl.load(bias_ptr + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+    if EPILOGUE == 1:  # GELU, tanh approximation (tanh(u) = 2 sigmoid(2u) - 1)
+        inner = 0.7978845608028654 * (acc + 0.044715 * acc * acc * acc)
+        acc = acc * tl.sigmoid(2.0 * inner)
+    if EPILOGUE == 2:  # x + gate[image] * y, the gate per (image, channel); the product rounded like diffusers
+        rows = off_m + tl.arange(0, BLOCK_M)
+        image = rows // TOKENS_PER_IMAGE
+        gate = tl.load(gate_ptr + image[:, None] * gate_stride + cols[None, :], mask=cols[None, :] < N, other=0.0)
+        product = (gate.to(tl.float32) * acc.to(tl.bfloat16).to(tl.float32)).to(tl.bfloat16)
+        acc = res_desc.load([off_m, off_n]).to(tl.float32) + product.to(tl.float32)
+    return acc.to(tl.bfloat16)
+
+
+@triton.jit
+def gemm_tile_kernel(a_desc, w_desc, c_desc, res_desc, bias_ptr, gate_ptr, gate_stride, M, N, K,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                     EPILOGUE: tl.constexpr, TOKENS_PER_IMAGE: tl.constexpr):
+    """One output tile per program: C = epilogue(A @ W.T), A [M, K], W [N, K] (nn.Linear's layout)."""
+    pid = tl.program_id(0)
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    per_group = GROUP_M * tiles_n
+    first_m = (pid // per_group) * GROUP_M
+    group_rows = min(tiles_m - first_m, GROUP_M)
+    off_m = (first_m + (pid % per_group) % group_rows) * BLOCK_M
+    off_n = ((pid % per_group) // group_rows) * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([off_m, k * BLOCK_K])
+        w = w_desc.load([off_n, k * BLOCK_K])
+        acc = tl.dot(a, w.T, acc)
+    c_desc.store([off_m, off_n], _epilogue(acc, off_m, off_n, N, bias_ptr, gate_ptr, gate_stride, res_desc,
+                                           BLOCK_M, BLOCK_N, EPILOGUE, TOKENS_PER_IMAGE))
+
+
+@triton.jit
+def gemm_persistent_kernel(a_desc, w_desc, c_desc, res_desc, bias_ptr, gate_ptr, gate_stride, M, N, K,
+                           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                           GROUP_M: tl.constexpr, EPILOGUE: tl.constexpr, TOKENS_PER_IMAGE: tl.constexpr,
+                           PROGRAMS: tl.constexpr):
+    """The same GEMM with PROGRAMS programs, each walking tiles start, start + PROGRAMS, ... (no tile counter)."""
+    tiles_m, tiles_n = tl.cdiv(M, BLOCK_M), tl.cdiv(N, BLOCK_N)
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    per_group = GROUP_M * tiles_n
+    for tile in tl.range(tl.program_id(0), tiles_m * tiles_n, PROGRAMS, flatten=True):
+        first_m = (tile // per_group) * GROUP_M
+        group_rows = min(tiles_m - first_m, GROUP_M)
+        off_m = (first_m + (tile % per_group) % group_rows) * BLOCK_M
+        off_n = ((tile % per_group) // group_rows) * BLOCK_N
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k in range(k_tiles):
+            a = a_desc.load([off_m, k * BLOCK_K])
+            w = w_desc.load([off_n, k * BLOCK_K])
+            acc = tl.dot(a, w.T, acc)
+        c_desc.store([off_m, off_n], _epilogue(acc, off_m, off_n, N, bias_ptr, gate_ptr, gate_stride, res_desc,
+                                               BLOCK_M, BLOCK_N, EPILOGUE, TOKENS_PER_IMAGE))
+
+
+def make_gemm(kind, a, w, bias, out, config, epilogue, gate=None, residual=None, programs=None):
+    """A no-argument launch of one kernel on fixed buffers (descriptors built once, outside the timed call)."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    bm, bn, bk, stages, warps = config
+    m, k = a.shape
+    n = w.shape[0]
+    a_desc = TensorDescriptor.from_tensor(a, [bm, bk])
+    w_desc = TensorDescriptor.from_tensor(w, [bn, bk])
+    c_desc = TensorDescriptor.from_tensor(out, [bm, bn])
+    res_desc = TensorDescriptor.from_tensor(residual if residual is not None else out, [bm, bn])
+    gate_arg = gate if gate is not None else bias
+    gate_stride = gate.stride(0) if gate is not None else 0
+    meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=8, EPILOGUE=EPILOGUES[epilogue],
+                TOKENS_PER_IMAGE=TOKENS, num_stages=stages, num_warps=warps)
+    tiles = triton.cdiv(m, bm) * triton.cdiv(n, bn)
+    if kind == "persistent":
+        grid = (min(programs, tiles),)
+        kernel, meta = gemm_persistent_kernel, {**meta, "PROGRAMS": grid[0]}
+    else:
+        grid, kernel = (tiles,), gemm_tile_kernel
+
+    def launch():
+        kernel[grid](a_desc, w_desc, c_desc, res_desc, bias, gate_arg, gate_stride, m, n, k, **meta)
+        return out
+
+    return launch
+
+
+def reference_today(epilogue, a, w, bias, gate, residual):
+    """What the fast forward runs today for this GEMM (cuBLAS; the gated residual as its own kernel)."""
+    import torch
+    import torch.nn.functional as F
+
+    if epilogue == "gelu":
+        return lambda: torch._addmm_activation(bias, a, w.t(), use_gelu=True)
+    if epilogue == "gated":
+        g = gate[:, None, :]
+        return lambda: torch.addcmul(residual.view(IMAGES, TOKENS, -1), g,
+                                     F.linear(a, w, bias).view(IMAGES, TOKENS, -1))
+    return lambda: F.linear(a, w, bias)
+
+
+def expected(epilogue, a, w, bias, gate, residual):
+    import torch.nn.functional as F
+
+    y = F.linear(a.float(), w.float(), bias.float())
+    if epilogue == "gelu":
+        return F.gelu(y, approximate="tanh")
+    if epilogue == "gated":
+        return (residual.float().view(IMAGES, TOKENS, -1) + gate.float()[:, None, :] * y.view(IMAGES, TOKENS, -1)
+                ).view(y.shape)
+    return y
+
+
+def rel_l2(a, b) -> float:
+    return float((a.float().reshape(b.shape) - b).norm() / b.norm())
+
+
+def run_shape(name, programs, rounds, results):
+    import torch
+
+    from pytest_ditgate.bench.runner import measure_pair
+
+    n, k, epilogue = SHAPES[name]
+    m = TOKENS * IMAGES
+    g = torch.Generator(device="cuda").manual_seed(len(results))
+    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
+    w = (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).bfloat16()
+    bias = (torch.randn(n, device="cuda", generator=g) * 0.1).bfloat16()
+    gate = torch.randn(IMAGES, n, device="cuda", generator=g).bfloat16() if epilogue == "gated" else None
+    residual = torch.randn(m, n, device="cuda", generator=g).bfloat16() if epilogue == "gated" else None
+    want = expected(epilogue, a, w, bias, gate, residual)
+    today = reference_today(epilogue, a, w, bias, gate, residual)
+    today_error = rel_l2(today(), want)
+    flops = 2.0 * m * n * k
+    for kind in ("tile", "persistent"):
+        for config in CONFIGS:
+            label = f"{name} {kind} {'x'.join(map(str, config[:3]))} s{config[3]} w{config[4]}"
+            entry = {"shape": name, "m": m, "n": n, "k": k, "epilogue": epilogue, "kind": kind,
+                     "config": list(config), "today_rel_l2": today_error}
+            results.append(entry)
+            try:
+                out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
+                launch = make_gemm(kind, a, w, bias, out, config, epilogue, gate, residual, programs)
+                start = time.perf_counter()
+                launch()
+                torch.cuda.synchronize()
+                entry["first_call_s"] = round(time.perf_counter() - start, 2)
+                entry["rel_l2"] = rel_l2(out, want)
+                if not entry["rel_l2"] <= max(4 * today_error, 1e-2):
+                    entry["error"] = f"wrong result: rel-L2 {entry['rel_l2']:.3e} (cuBLAS today {today_error:.3e})"
+                    log(f"[gemm] {label}: {entry['error']}")
+                    continue
+                pair = measure_pair(launch, today, mechanism="graph", warmup=10, rounds=rounds,
+                                    labels=("triton", "today"))
+                entry.update(triton_ms=pair.a.median_ms, today_ms=pair.b.median_ms, ratio=pair.ratio,
+                             ratio_interval=[pair.ci_low, pair.ci_high],
+                             triton_tflops=flops / pair.a.median_ms / 1e9, today_tflops=flops / pair.b.median_ms / 1e9)
+                log(f"[gemm] {label}: {pair.describe()}")
+            except Exception as exc:  # noqa: BLE001 - one configuration failing must not lose the others
+                entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
+                log(f"[gemm] {label}: {entry['error']}")
+
+
+def table(results) -> list[str]:
+    lines = [f"{'gemm':<9} {'epilogue':<8} {'kernel':<10} {'tile':<12} {'triton ms':>9} {'today ms':>9} "
+             f"{'ratio':>7} {'TFLOP/s':>8} {'of peak':>7} {'rel-L2':>9}"]
+    for e in results:
+        tile = f"{e['config'][0]}x{e['config'][1]}x{e['config'][2]}"
+        head = f"{e['shape']:<9} {e['epilogue']:<8} {e['kind']:<10} {tile:<12}"
+        if "triton_ms" not in e:
+            lines.append(f"{head} {e.get('error', 'not run')[:70]}")
+            continue
+        lines.append(f"{head} {e['triton_ms']:>9.4f} {e['today_ms']:>9.4f} {e['ratio']:>7.3f} "
+                     f"{e['triton_tflops']:>8.0f} {e['triton_tflops'] / GEMM_PEAK_TFLOPS:>7.0%} {e['rel_l2']:>9.2e}")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--shapes", default=",".join(SHAPES))
+    parser.add_argument("--rounds", type=int, default=100)
+    args = parser.parse_args()
+
+    import torch
+
+    programs = torch.cuda.get_device_properties(0).multi_processor_count
+    results: list[dict] = []
+    for name in args.shapes.split(","):
+        run_shape(name, programs, args.rounds, results)
+        if args.out:  # written after every shape: a killed run keeps what it measured
+            args.out.write_text(json.dumps({"results": results, "environment": {
+                "torch": torch.__version__, "triton": triton.__version__, "device": torch.cuda.get_device_name(),
+                "arch": "sm_%d%d" % torch.cuda.get_device_capability(), "programs": programs},
+                "timer": "pytest_ditgate measure_pair, mechanism graph, interleaved rounds",
+                "today": "cuBLAS (F.linear; _addmm_activation with the GELU epilogue for fc1); for the gated "
+                         "GEMMs cuBLAS plus torch.addcmul, the lone gated-residual kernel"}, indent=1))
+    print("\n".join(table(results)))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
