@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Bring quack-kernels and NVIDIA's CuTe DSL (nvidia-cutlass-dsl) to the offline GPU machine for
+# benchmarks/gpu/quack_gemm_probe.py. The DSL's library wheel (about 92 MB) is larger than what one device
+# call may carry beside the tree (64 MiB in all), so it travels in three parts, one per call, and the last
+# call puts it together and installs everything under /tmp/quack-site.
+#
+#   here, once:          benchmarks/gpu/stage_quack.sh download        (needs PyPI; writes .stage/, ignored)
+#   device call 1, 2:    carry [".stage/partK"], command: benchmarks/gpu/stage_quack.sh keep K
+#   device call 3:       carry [".stage/part3"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
+#                        benchmarks/gpu/stage_quack.sh install && PYTHONPATH=/tmp/quack-site:... python3 ...
+#
+# The calls must follow each other while the machine is warm (30 s): /tmp/quack-stage lives on that machine.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+QUACK=quack-kernels==0.6.5
+DSL=4.8.1
+KEEP=/tmp/quack-stage
+SITE=/tmp/quack-site
+
+case "${1:-}" in
+download)
+    rm -rf .stage && mkdir -p .stage/wheels .stage/part1 .stage/part2 .stage/part3
+    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+        --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
+        -d .stage/wheels "$QUACK" "nvidia-cutlass-dsl==$DSL" "nvidia-cutlass-dsl-libs-base==$DSL" \
+        "nvidia-cutlass-dsl-libs-cu13==$DSL" "apache-tvm-ffi<0.2,>=0.1.6" torch-c-dlpack-ext einops \
+        nvidia-matmul-heuristics
+    big=$(ls .stage/wheels/nvidia_cutlass_dsl_libs_cu13-*.whl)
+    (cd .stage/wheels && sha256sum *.whl) > .stage/part1/SHA256SUMS
+    split -n 3 -d -a 1 "$big" .stage/big.
+    mv .stage/big.0 .stage/part1/ && mv .stage/big.1 .stage/part2/ && mv .stage/big.2 .stage/part3/
+    mv .stage/wheels/nvidia_matmul_heuristics-*.whl .stage/part2/  # part 1 is the fullest: it has the others
+    find .stage/wheels -name '*.whl' ! -name "$(basename "$big")" -exec mv {} .stage/part1/ \;
+    basename "$big" > .stage/part1/BIG
+    rm -rf .stage/wheels
+    du -sh .stage/part*
+    ;;
+keep)
+    part=".stage/part${2:?which part}"
+    mkdir -p "$KEEP" && cp "$part"/* "$KEEP"/
+    ls "$KEEP"
+    ;;
+install)
+    cd "$KEEP"
+    cat big.0 big.1 big.2 > "$(cat BIG)"
+    sha256sum -c SHA256SUMS
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" ./*.whl
+    echo "installed under $SITE"
+    ;;
+*)
+    echo "usage: $0 download | keep K | install" >&2
+    exit 2
+    ;;
+esac
