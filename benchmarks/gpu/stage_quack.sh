@@ -7,7 +7,8 @@
 #   here, once:          benchmarks/gpu/stage_quack.sh download        (needs PyPI; writes .stage/, ignored)
 #   device call 1, 2:    carry [".stage/partK"], command: benchmarks/gpu/stage_quack.sh keep K
 #   device call 3:       carry [".stage/part3"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
-#                        benchmarks/gpu/stage_quack.sh install && PYTHONPATH=/tmp/quack-site:... python3 ...
+#                        benchmarks/gpu/stage_quack.sh install &&
+#                        PYTHONPATH=/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages python3 ...
 #
 # The calls must follow each other while the machine is warm (30 s): /tmp/quack-stage lives on that machine.
 set -euo pipefail
@@ -23,13 +24,16 @@ download)
     python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
         --platform manylinux_2_28_x86_64 --platform manylinux_2_24_x86_64 --platform manylinux_2_17_x86_64 \
         -d .stage/wheels "$QUACK" "nvidia-cutlass-dsl==$DSL" "nvidia-cutlass-dsl-libs-base==$DSL" \
-        "nvidia-cutlass-dsl-libs-cu13==$DSL" "apache-tvm-ffi<0.2,>=0.1.6" torch-c-dlpack-ext einops \
-        nvidia-matmul-heuristics
+        "nvidia-cutlass-dsl-libs-cu13==$DSL" "nvidia-cutlass-dsl-libs-core==$DSL" "apache-tvm-ffi<0.2,>=0.1.6" \
+        torch-c-dlpack-ext einops protobuf nvidia-matmul-heuristics "cuda-bindings>=13,<14"
     big=$(ls .stage/wheels/nvidia_cutlass_dsl_libs_cu13-*.whl)
     (cd .stage/wheels && sha256sum *.whl) > .stage/part1/SHA256SUMS
     split -n 3 -d -a 1 "$big" .stage/big.
     mv .stage/big.0 .stage/part1/ && mv .stage/big.1 .stage/part2/ && mv .stage/big.2 .stage/part3/
-    mv .stage/wheels/nvidia_matmul_heuristics-*.whl .stage/part2/  # part 1 is the fullest: it has the others
+    # part 1 is the fullest (it has the small wheels): the rest go with parts 2 and 3
+    mv .stage/wheels/nvidia_matmul_heuristics-*.whl .stage/wheels/nvidia_cutlass_dsl_libs_core-*.whl \
+        .stage/wheels/protobuf-*.whl .stage/part2/
+    mv .stage/wheels/cuda_bindings-*.whl .stage/part3/
     find .stage/wheels -name '*.whl' ! -name "$(basename "$big")" -exec mv {} .stage/part1/ \;
     basename "$big" > .stage/part1/BIG
     rm -rf .stage/wheels
@@ -43,9 +47,14 @@ keep)
 install)
     cd "$KEEP"
     cat big.0 big.1 big.2 > "$(cat BIG)"
-    sha256sum -c SHA256SUMS
+    sha256sum -c --quiet SHA256SUMS
+    # the machine's own cuda-bindings (torch's) wins; the staged one only fills a gap
+    if python3 -c "import cuda.bindings" 2>/dev/null; then rm -f cuda_bindings-*.whl; fi
+    # one pip call: three of the wheels share the nvidia_cutlass_dsl/ folder, which --target would replace
+    rm -rf "$SITE"
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" ./*.whl
-    echo "installed under $SITE"
+    # --target does not run the DSL's .pth file, which puts its packages on sys.path
+    echo "installed; use PYTHONPATH=$SITE:$SITE/nvidia_cutlass_dsl/dsl_packages"
     ;;
 *)
     echo "usage: $0 download | keep K | install" >&2
