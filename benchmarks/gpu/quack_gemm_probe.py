@@ -13,7 +13,7 @@ addend ``C`` (a residual). At M = 4096 tokens (16 images x 256), bf16, this time
 
 Setup on the offline GPU machine: ``benchmarks/gpu/stage_quack.sh`` (three calls), then
 
-    PYTHONPATH=/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages \
+    PYTHONPATH=/tmp/quack/site-packages:/tmp/quack/site-packages/nvidia_cutlass_dsl/dsl_packages \
         python3 benchmarks/gpu/quack_gemm_probe.py --out results.json [--tuned]
 
 Every case is checked against float32 first; times are medians of ``pytest_ditgate``'s CUDA-graph timer

@@ -2,13 +2,13 @@
 # Bring quack-kernels and NVIDIA's CuTe DSL (nvidia-cutlass-dsl) to the offline GPU machine for
 # benchmarks/gpu/quack_gemm_probe.py. The DSL's library wheel (about 92 MB) is larger than what one device
 # call may carry beside the tree (64 MiB in all), so it travels in three parts, one per call, and the last
-# call puts it together and installs everything under /tmp/quack-site.
+# call puts it together and installs everything under /tmp/quack/site-packages.
 #
 #   here, once:          benchmarks/gpu/stage_quack.sh download        (needs PyPI; writes .stage/, ignored)
 #   device call 1, 2:    carry [".stage/partK"], command: benchmarks/gpu/stage_quack.sh keep K
 #   device call 3:       carry [".stage/part3"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
 #                        benchmarks/gpu/stage_quack.sh install &&
-#                        PYTHONPATH=/tmp/quack-site:/tmp/quack-site/nvidia_cutlass_dsl/dsl_packages python3 ...
+#                        PYTHONPATH=/tmp/quack/site-packages:/tmp/quack/site-packages/nvidia_cutlass_dsl/dsl_packages python3 ...
 #
 # The calls must follow each other while the machine is warm (30 s): /tmp/quack-stage lives on that machine.
 set -euo pipefail
@@ -16,7 +16,9 @@ cd "$(dirname "$0")/../.."
 QUACK=quack-kernels==0.6.5
 DSL=4.8.1
 KEEP=/tmp/quack-stage
-SITE=/tmp/quack-site
+# a folder named site-packages: quack fingerprints a fused epilogue's code down to, not into, installed
+# packages, and tells them by that name; under another name it walks into the DSL and fails
+SITE=/tmp/quack/site-packages
 
 case "${1:-}" in
 download)
