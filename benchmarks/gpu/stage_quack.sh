@@ -8,7 +8,7 @@
 #   device call 1, 2:    carry [".stage/partK"], command: benchmarks/gpu/stage_quack.sh keep K
 #   device call 3:       carry [".stage/part3"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
 #                        benchmarks/gpu/stage_quack.sh install &&
-#                        PYTHONPATH=/tmp/quack/site-packages:/tmp/quack/site-packages/nvidia_cutlass_dsl/dsl_packages python3 ...
+#                        PYTHONPATH=$Q:$Q/nvidia_cutlass_dsl/dsl_packages python3 ...   (Q=/tmp/quack/site-packages)
 #
 # The calls must follow each other while the machine is warm (30 s): /tmp/quack-stage lives on that machine.
 set -euo pipefail
