@@ -9,10 +9,10 @@ capture time, peak VRAM above the resident weights, and the forward time (median
 baseline's loop, with the fastest switch set this run timed (``--sampling-config auto``), in side-by-side
 pairs of synchronised runs (wall clock); the speedup is the median of the pairs' ratios, with their range.
 Every timed case also gets its rate over the forward's matmul FLOPs (issue 18: 3.79 TFLOP for XL/2 at
-batch 16) and that rate's fraction of the device profile's measured bf16 GEMM peak. ``--profile`` adds one traced run of each timed case, after its timing
-(the project's phase profile: GEMM, attention, norm/elementwise, copies, idle; top kernels; a Perfetto
-trace under ``<out>/profiles/``). Writes JSON with provenance to ``--out``; the tables are printed last.
-One failing case never loses the others.
+batch 16) and that rate's fraction of the device profile's measured bf16 GEMM peak. ``--profile`` adds one
+traced run of each timed case, after its timing (the project's phase profile: GEMM, attention,
+norm/elementwise, copies, idle; top kernels; a Perfetto trace under ``<out>/profiles/``). Writes JSON with
+provenance to ``--out``; the tables are printed last. One failing case never loses the others.
 
     python benchmarks/dit_bench.py --out benchmarks/results [--sampling] [--profile] [--configs "a;b"]
 """
@@ -30,7 +30,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import ROOT  # noqa: E402 - puts the repository on sys.path
+from harness import ROOT, gemm_peak_tflops  # noqa: E402 - puts the repository on sys.path
 
 DEFAULT_CONFIGS = (
     "default",
@@ -110,20 +110,6 @@ def forward_flops(shapes: dict[str, Any]) -> float:
     (attention scores and values); the patch embedding, adaLN and the final layer are left out (< 1 %)."""
     tokens, hidden, layers, batch = shapes["tokens"], shapes["hidden"], shapes["layers"], shapes["x"][0]
     return float(batch * layers * (24 * tokens * hidden ** 2 + 4 * tokens ** 2 * hidden))
-
-
-def gemm_peak_tflops() -> tuple[float | None, str]:
-    """The device profile's measured bf16 GEMM peak (TFLOP/s), or None, and where it comes from."""
-    try:
-        from pytest_ditgate.device import real_device
-        from pytest_ditgate.profiles import peaks_for
-
-        device = real_device()  # looked up as the phase profiles look it up (bench.tracing.profile_call)
-        peaks, note = peaks_for(device.name, device.arch, os.environ.get("DITGATE_DEVICE_PROFILE"))
-    except Exception as exc:  # noqa: BLE001 - rates are then absolute
-        return None, f"no peak: {type(exc).__name__}: {exc}"
-    peak = ((peaks or {}).get("tflops") or {}).get("bf16")
-    return (float(peak) if peak else None), note
 
 
 def add_rates(results: list[dict[str, Any]], flops: float, peak: float | None) -> None:

@@ -1,4 +1,5 @@
-"""What every benchmark script shares: the repository on ``sys.path``, logging, and guarded steps.
+"""What every benchmark script shares: the repository on ``sys.path``, logging, guarded steps, and the
+device's provenance and measured GEMM peak.
 
 Importing this module puts the repository root (for ``kernels``/``dit_impl``) and ``src`` (for an
 uninstalled ``pytest_ditgate``) first on ``sys.path``: the scripts run as ``python benchmarks/<name>.py``.
@@ -32,3 +33,27 @@ def guarded(results: dict, key: str, fn: Callable[[], Any]) -> Any:
         return None
     results[key] = value
     return value
+
+
+def gemm_peak_tflops() -> tuple[float | None, str]:
+    """The device profile's measured bf16 GEMM peak (TFLOP/s), or None, and where it comes from."""
+    try:
+        import os
+
+        from pytest_ditgate.device import real_device
+        from pytest_ditgate.profiles import peaks_for
+
+        device = real_device()  # looked up as the phase profiles look it up (bench.tracing.profile_call)
+        peaks, note = peaks_for(device.name, device.arch, os.environ.get("DITGATE_DEVICE_PROFILE"))
+    except Exception as exc:  # noqa: BLE001 - rates are then absolute
+        return None, f"no peak: {type(exc).__name__}: {exc}"
+    peak = ((peaks or {}).get("tflops") or {}).get("bf16")
+    return (float(peak) if peak else None), note
+
+
+def environment() -> dict[str, Any]:
+    """The project's provenance record of this machine (device, versions, host, commit, time)."""
+    from pytest_ditgate.device import real_device
+    from pytest_ditgate.environment import environment_record
+
+    return environment_record(real_device())

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import log  # noqa: E402
+from harness import environment, log  # noqa: E402
 
 BATCH, HEADS, TOKENS, HEAD_DIM = 16, 16, 256, 72
 FLOPS = 4.0 * BATCH * HEADS * TOKENS * TOKENS * HEAD_DIM  # QK^T and PV, at the true head dim
@@ -68,6 +68,7 @@ def main() -> int:
     import torch
 
     from pytest_ditgate.bench.runner import measure_pair
+    from pytest_ditgate.quality.metrics import rel_l2
 
     torch.backends.cuda.matmul.allow_tf32 = False
     g = torch.Generator(device="cuda").manual_seed(0)
@@ -92,7 +93,7 @@ def main() -> int:
         entry = {"variant": label}
         results.append(entry)
         try:
-            entry["rel_l2"] = float((call().float() - want).norm() / want.norm())
+            entry["rel_l2"] = rel_l2(call(), want)
             if entry["rel_l2"] > 2e-2:
                 entry["error"] = f"wrong result: rel-L2 {entry['rel_l2']:.3e}"
                 continue
@@ -107,11 +108,9 @@ def main() -> int:
             log(f"[attention] {label}: {entry['error']}")
     record = {"shape": {"batch": BATCH, "heads": HEADS, "tokens": TOKENS, "head_dim": HEAD_DIM}, "results": results,
               "timer": "pytest_ditgate measure_pair, mechanism graph, interleaved with the model's call",
-              "environment": {"torch": torch.__version__, "cudnn": torch.backends.cudnn.version(),
-                              "device": torch.cuda.get_device_name(),
-                              "arch": "sm_%d%d" % torch.cuda.get_device_capability()}}
+              "environment": environment()}
     if args.out:
-        args.out.write_text(json.dumps(record, indent=1))
+        args.out.write_text(json.dumps(record, indent=1, default=str))
     print(f"{'variant':<22} {'ms':>8} {'model ms':>9} {'ratio':>7} {'TFLOP/s':>8} {'ms/forward':>10} {'rel-L2':>9}")
     for e in results:
         if "ms" not in e:

@@ -26,7 +26,7 @@ import types
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import log  # noqa: E402
+from harness import environment, log  # noqa: E402
 
 FASTEST = "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn"
 
@@ -71,10 +71,6 @@ def with_seam(model):
     return model
 
 
-def rel_l2(a, b) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm())
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None)
@@ -88,6 +84,7 @@ def main() -> int:
     from dit_impl.baseline import load_model
     from dit_impl.fast import FastOptions, fast_transformer
     from pytest_ditgate.bench.runner import measure_pair
+    from pytest_ditgate.quality.metrics import rel_l2
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
@@ -123,11 +120,10 @@ def main() -> int:
         "seam_rel_l2_vs_fp32": rel_l2(out_seam, expected), "stock_rel_l2_vs_fp32": rel_l2(out_stock, expected),
         "seam_vs_stock_max_abs": float((out_seam.float() - out_stock.float()).abs().max()),
         "timer": f"pytest_ditgate.measure_pair, mechanism events around one graph replay, {args.rounds} rounds",
-        "environment": {"torch": torch.__version__, "device": torch.cuda.get_device_name(),
-                        "arch": "sm_%d%d" % torch.cuda.get_device_capability()},
+        "environment": environment(),
     }
     if args.out:
-        args.out.write_text(json.dumps(result, indent=1))
+        args.out.write_text(json.dumps(result, indent=1, default=str))
     print(f"{'forward':<8} {'median ms':>10} {'rel-L2 vs fp32':>15}")
     print(f"{'stock':<8} {result['stock_ms']:>10.3f} {result['stock_rel_l2_vs_fp32']:>15.3e}")
     print(f"{'seam':<8} {result['seam_ms']:>10.3f} {result['seam_rel_l2_vs_fp32']:>15.3e}")

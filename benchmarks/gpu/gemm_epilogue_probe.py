@@ -17,29 +17,24 @@ SM walking the tiles). Every case is checked against a float32 reference first; 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import log  # noqa: E402
+from harness import gemm_peak_tflops, log  # noqa: E402
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-TOKENS, IMAGES, HIDDEN = 256, 16, 1152
-#: name -> (N, K, epilogue): the GEMMs of one block at M = TOKENS * IMAGES
-SHAPES = {
-    "qkv": (3 * HIDDEN, HIDDEN, "bias"),
-    "attn_out": (HIDDEN, HIDDEN, "gated"),
-    "fc1": (4 * HIDDEN, HIDDEN, "gelu"),
-    "fc2": (HIDDEN, 4 * HIDDEN, "gated"),
-}
+from block_gemms import (ATTN_OUT, FC1, FC2, IMAGES, QKV, TOKENS, expected, of_peak, operands, tflops,  # noqa: E402
+                         write_record)
+
+#: name -> (N, K, epilogue): the GEMMs of one block
+SHAPES = {"qkv": (*QKV, "bias"), "attn_out": (*ATTN_OUT, "gated"), "fc1": (*FC1, "gelu"), "fc2": (*FC2, "gated")}
 EPILOGUES = {"bias": 0, "gelu": 1, "gated": 2}
 #: (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps)
 CONFIGS = [(128, 256, 64, 3, 8), (128, 128, 64, 4, 8), (256, 128, 64, 3, 8), (128, 64, 64, 4, 4)]
-GEMM_PEAK_TFLOPS = 800.0  # the h200 device profile's measured bf16 torch.matmul peak
 
 
 @triton.jit
@@ -132,7 +127,7 @@ def make_gemm(kind, a, w, bias, out, config, epilogue, gate=None, residual=None,
     return launch
 
 
-def reference_today(epilogue, a, w, bias, gate, residual):
+def reference_today(epilogue, a, w, bias, residual, gate):
     """What the fast forward runs today for this GEMM (cuBLAS; the gated residual as its own kernel)."""
     import torch
     import torch.nn.functional as F
@@ -142,52 +137,31 @@ def reference_today(epilogue, a, w, bias, gate, residual):
     if epilogue == "gated":
         g = gate[:, None, :]
         return lambda: torch.addcmul(residual.view(IMAGES, TOKENS, -1), g,
-                                     F.linear(a, w, bias).view(IMAGES, TOKENS, -1))
+                                     F.linear(a, w, bias).view(IMAGES, TOKENS, -1)).view(residual.shape)
     return lambda: F.linear(a, w, bias)
-
-
-def expected(epilogue, a, w, bias, gate, residual):
-    import torch.nn.functional as F
-
-    y = F.linear(a.float(), w.float(), bias.float())
-    if epilogue == "gelu":
-        return F.gelu(y, approximate="tanh")
-    if epilogue == "gated":
-        return (residual.float().view(IMAGES, TOKENS, -1) + gate.float()[:, None, :] * y.view(IMAGES, TOKENS, -1)
-                ).view(y.shape)
-    return y
-
-
-def rel_l2(a, b) -> float:
-    return float((a.float().reshape(b.shape) - b).norm() / b.norm())
 
 
 def run_shape(name, programs, rounds, results):
     import torch
 
     from pytest_ditgate.bench.runner import measure_pair
+    from pytest_ditgate.quality.metrics import rel_l2
 
     n, k, epilogue = SHAPES[name]
-    m = TOKENS * IMAGES
-    g = torch.Generator(device="cuda").manual_seed(len(results))
-    a = torch.randn(m, k, device="cuda", generator=g).bfloat16()
-    w = (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).bfloat16()
-    bias = (torch.randn(n, device="cuda", generator=g) * 0.1).bfloat16()
-    gate = torch.randn(IMAGES, n, device="cuda", generator=g).bfloat16() if epilogue == "gated" else None
-    residual = torch.randn(m, n, device="cuda", generator=g).bfloat16() if epilogue == "gated" else None
-    want = expected(epilogue, a, w, bias, gate, residual)
-    today = reference_today(epilogue, a, w, bias, gate, residual)
+    ops = operands(n, k, seed=len(results))
+    want = expected(epilogue, **ops)
+    today = reference_today(epilogue, **ops)
     today_error = rel_l2(today(), want)
-    flops = 2.0 * m * n * k
     for kind in ("tile", "persistent"):
         for config in CONFIGS:
             label = f"{name} {kind} {'x'.join(map(str, config[:3]))} s{config[3]} w{config[4]}"
-            entry = {"shape": name, "m": m, "n": n, "k": k, "epilogue": epilogue, "kind": kind,
+            entry = {"shape": name, "m": want.shape[0], "n": n, "k": k, "epilogue": epilogue, "kind": kind,
                      "config": list(config), "today_rel_l2": today_error}
             results.append(entry)
             try:
-                out = torch.empty(m, n, device="cuda", dtype=torch.bfloat16)
-                launch = make_gemm(kind, a, w, bias, out, config, epilogue, gate, residual, programs)
+                out = torch.empty_like(want, dtype=torch.bfloat16)
+                launch = make_gemm(kind, ops["a"], ops["w"], ops["bias"], out, config, epilogue, ops["gate"],
+                                   ops["residual"], programs)
                 start = time.perf_counter()
                 launch()
                 torch.cuda.synchronize()
@@ -200,15 +174,16 @@ def run_shape(name, programs, rounds, results):
                 pair = measure_pair(launch, today, mechanism="graph", warmup=10, rounds=rounds,
                                     labels=("triton", "today"))
                 entry.update(triton_ms=pair.a.median_ms, today_ms=pair.b.median_ms, ratio=pair.ratio,
-                             ratio_interval=[pair.ci_low, pair.ci_high],
-                             triton_tflops=flops / pair.a.median_ms / 1e9, today_tflops=flops / pair.b.median_ms / 1e9)
+                             ratio_interval=[pair.ci_low, pair.ci_high], triton_tflops=tflops(n, k, pair.a.median_ms),
+                             today_tflops=tflops(n, k, pair.b.median_ms))
                 log(f"[gemm] {label}: {pair.describe()}")
             except Exception as exc:  # noqa: BLE001 - one configuration failing must not lose the others
                 entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
                 log(f"[gemm] {label}: {entry['error']}")
 
 
-def table(results) -> list[str]:
+def table(results, peak: float | None) -> list[str]:
+    """One row per kernel and tile; ``of peak`` against the device profile's measured bf16 GEMM peak."""
     lines = [f"{'gemm':<9} {'epilogue':<8} {'kernel':<10} {'tile':<12} {'triton ms':>9} {'today ms':>9} "
              f"{'ratio':>7} {'TFLOP/s':>8} {'of peak':>7} {'rel-L2':>9}"]
     for e in results:
@@ -218,7 +193,7 @@ def table(results) -> list[str]:
             lines.append(f"{head} {e.get('error', 'not run')[:70]}")
             continue
         lines.append(f"{head} {e['triton_ms']:>9.4f} {e['today_ms']:>9.4f} {e['ratio']:>7.3f} "
-                     f"{e['triton_tflops']:>8.0f} {e['triton_tflops'] / GEMM_PEAK_TFLOPS:>7.0%} {e['rel_l2']:>9.2e}")
+                     f"{e['triton_tflops']:>8.0f} {of_peak(e['triton_tflops'], peak):>7} {e['rel_l2']:>9.2e}")
     return lines
 
 
@@ -232,17 +207,16 @@ def main() -> int:
     import torch
 
     programs = torch.cuda.get_device_properties(0).multi_processor_count
+    peak, peak_source = gemm_peak_tflops()
     results: list[dict] = []
     for name in args.shapes.split(","):
         run_shape(name, programs, args.rounds, results)
-        if args.out:  # written after every shape: a killed run keeps what it measured
-            args.out.write_text(json.dumps({"results": results, "environment": {
-                "torch": torch.__version__, "triton": triton.__version__, "device": torch.cuda.get_device_name(),
-                "arch": "sm_%d%d" % torch.cuda.get_device_capability(), "programs": programs},
-                "timer": "pytest_ditgate measure_pair, mechanism graph, interleaved rounds",
-                "today": "cuBLAS (F.linear; _addmm_activation with the GELU epilogue for fc1); for the gated "
-                         "GEMMs cuBLAS plus torch.addcmul, the lone gated-residual kernel"}, indent=1))
-    print("\n".join(table(results)))
+        write_record(args.out, results, triton=triton.__version__, programs=programs, gemm_peak_tflops=peak,
+                     gemm_peak_source=peak_source,
+                     timer="pytest_ditgate measure_pair, mechanism graph, interleaved rounds",
+                     today="cuBLAS (F.linear; _addmm_activation with the GELU epilogue for fc1); for the gated "
+                           "GEMMs cuBLAS plus torch.addcmul, the lone gated-residual kernel")
+    print("\n".join(table(results, peak)))
     return 0
 
 

@@ -23,74 +23,51 @@ with quack and cuBLAS interleaved round by round. A table is printed last.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import log  # noqa: E402
+from harness import gemm_peak_tflops, log  # noqa: E402
 
-TOKENS, IMAGES, HIDDEN = 256, 16, 1152
-M = TOKENS * IMAGES
+from block_gemms import ATTN_OUT, FC1, FC2, QKV, expected, of_peak, operands, tflops, write_record  # noqa: E402
+
 #: case -> (N, K, epilogue)
-CASES = {
-    "fc1+gelu": (4 * HIDDEN, HIDDEN, "gelu"),
-    "qkv": (3 * HIDDEN, HIDDEN, "bias"),
-    "attn_out": (HIDDEN, HIDDEN, "bias"),
-    "fc2": (HIDDEN, 4 * HIDDEN, "bias"),
-    "attn_out+res": (HIDDEN, HIDDEN, "residual"),
-    "fc2+res": (HIDDEN, 4 * HIDDEN, "residual"),
-}
-GEMM_PEAK_TFLOPS = 800.0  # the h200 device profile's measured bf16 torch.matmul peak
-
-
-def operands(n: int, k: int, seed: int):
-    import torch
-
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    a = torch.randn(M, k, device="cuda", generator=g).bfloat16()
-    w = (torch.randn(n, k, device="cuda", generator=g) / k ** 0.5).bfloat16()
-    bias = (torch.randn(n, device="cuda", generator=g) * 0.1).bfloat16()
-    residual = torch.randn(M, n, device="cuda", generator=g).bfloat16()
-    return a, w, bias, residual
+CASES = {"fc1+gelu": (*FC1, "gelu"), "qkv": (*QKV, "bias"), "attn_out": (*ATTN_OUT, "bias"),
+         "fc2": (*FC2, "bias"), "attn_out+res": (*ATTN_OUT, "residual"), "fc2+res": (*FC2, "residual")}
 
 
 def calls(epilogue: str, a, w, bias, residual, tuned: bool):
-    """(quack call, cuBLAS call, float32 expected) for one case."""
+    """(quack call, cuBLAS call) for one case."""
     import torch
     import torch.nn.functional as F
     from quack.gemm_interface import gemm, gemm_act, gemm_add
 
     b = w.t()  # (K, N), K-major: nn.Linear's weight as quack's B
-    y = F.linear(a.float(), w.float(), bias.float())
     if epilogue == "gelu":
         return (lambda: gemm_act(a, b, bias=bias, activation="gelu_tanh_approx", store_preact=False,
                                  tuned=tuned)[1],
-                lambda: torch._addmm_activation(bias, a, b, use_gelu=True),
-                F.gelu(y, approximate="tanh"))
+                lambda: torch._addmm_activation(bias, a, b, use_gelu=True))
     if epilogue == "residual":
         return (lambda: gemm_add(a, b, residual, bias=bias, tuned=tuned),
-                lambda: torch.add(F.linear(a, w, bias), residual),
-                y + residual.float())
-    return lambda: gemm(a, b, bias=bias, tuned=tuned), lambda: F.linear(a, w, bias), y
-
-
-def rel_l2(got, want) -> float:
-    return float((got.float() - want).norm() / want.norm())
+                lambda: torch.add(F.linear(a, w, bias), residual))
+    return lambda: gemm(a, b, bias=bias, tuned=tuned), lambda: F.linear(a, w, bias)
 
 
 def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
     import torch
 
     from pytest_ditgate.bench.runner import measure_pair
+    from pytest_ditgate.quality.metrics import rel_l2
 
     n, k, epilogue = CASES[name]
-    entry = {"case": name, "m": M, "n": n, "k": k, "epilogue": epilogue, "tuned": tuned}
+    entry = {"case": name, "n": n, "k": k, "epilogue": epilogue, "tuned": tuned}
     results.append(entry)
     try:
-        a, w, bias, residual = operands(n, k, len(results))
-        quack_call, cublas_call, want = calls(epilogue, a, w, bias, residual, tuned)
+        ops = operands(n, k, seed=len(results))
+        ops.pop("gate")  # no quack epilogue carries a per-image gate
+        want = expected(epilogue, **ops, gate=None)
+        quack_call, cublas_call = calls(epilogue, **ops, tuned=tuned)
         start = time.perf_counter()
         got = quack_call()
         torch.cuda.synchronize()
@@ -109,19 +86,19 @@ def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
                 entry[f"{mechanism}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
         else:
             raise RuntimeError("neither the graph nor the events timer could time it")
-        flops = 2.0 * M * n * k
         entry.update(mechanism=mechanism, quack_ms=pair.a.median_ms, cublas_ms=pair.b.median_ms, ratio=pair.ratio,
-                     ratio_interval=[pair.ci_low, pair.ci_high], quack_tflops=flops / pair.a.median_ms / 1e9,
-                     cublas_tflops=flops / pair.b.median_ms / 1e9)
+                     ratio_interval=[pair.ci_low, pair.ci_high], quack_tflops=tflops(n, k, pair.a.median_ms),
+                     cublas_tflops=tflops(n, k, pair.b.median_ms))
         log(f"[quack] {name} tuned={tuned}: {pair.describe()}")
     except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
         entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
         log(f"[quack] {name}: {entry['error']}")
 
 
-def table(results: list[dict]) -> list[str]:
+def table(results: list[dict], peak: float | None) -> list[str]:
+    """One row per case; ``of peak`` is quack's rate against the device profile's measured bf16 GEMM peak."""
     lines = [f"{'case':<13} {'tuned':<5} {'quack ms':>9} {'cuBLAS ms':>9} {'ratio':>7} {'95% interval':>15} "
-             f"{'quack TF/s':>10} {'cuBLAS TF/s':>11} {'rel-L2':>9}"]
+             f"{'quack TF/s':>10} {'of peak':>7} {'cuBLAS TF/s':>11} {'rel-L2':>9}"]
     for e in results:
         head = f"{e['case']:<13} {str(e['tuned']):<5}"
         if "quack_ms" not in e:
@@ -129,8 +106,8 @@ def table(results: list[dict]) -> list[str]:
             continue
         low, high = e["ratio_interval"]
         lines.append(f"{head} {e['quack_ms']:>9.4f} {e['cublas_ms']:>9.4f} {e['ratio']:>7.3f} "
-                     f"{f'{low:.3f}-{high:.3f}':>15} {e['quack_tflops']:>10.0f} {e['cublas_tflops']:>11.0f} "
-                     f"{e['rel_l2']:>9.2e}")
+                     f"{f'{low:.3f}-{high:.3f}':>15} {e['quack_tflops']:>10.0f} {of_peak(e['quack_tflops'], peak):>7} "
+                     f"{e['cublas_tflops']:>11.0f} {e['rel_l2']:>9.2e}")
     return lines
 
 
@@ -147,16 +124,15 @@ def main() -> int:
     import quack
 
     torch.backends.cuda.matmul.allow_tf32 = False
+    peak, peak_source = gemm_peak_tflops()
     results: list[dict] = []
     for tuned in ((False, True) if args.tuned else (False,)):
         for name in args.cases.split(","):
             run_case(name, tuned, args.rounds, results)
-            if args.out:  # written after every case: a killed run keeps what it measured
-                args.out.write_text(json.dumps({"results": results, "environment": {
-                    "torch": torch.__version__, "quack": getattr(quack, "__version__", "?"),
-                    "device": torch.cuda.get_device_name(), "arch": "sm_%d%d" % torch.cuda.get_device_capability()},
-                    "timer": "pytest_ditgate measure_pair, interleaved rounds (mechanism per case)"}, indent=1))
-    print("\n".join(table(results)))
+            write_record(args.out, results, quack=getattr(quack, "__version__", "?"), gemm_peak_tflops=peak,
+                         gemm_peak_source=peak_source,
+                         timer="pytest_ditgate measure_pair, interleaved rounds (mechanism per case)")
+    print("\n".join(table(results, peak)))
     return 0
 
 
