@@ -38,13 +38,11 @@ def guarded(results: dict, key: str, fn: Callable[[], Any]) -> Any:
 def gemm_peak_tflops() -> tuple[float | None, str]:
     """The device profile's measured bf16 GEMM peak (TFLOP/s), or None, and where it comes from."""
     try:
-        import os
-
         from pytest_ditgate.device import real_device
         from pytest_ditgate.profiles import peaks_for
 
         device = real_device()  # looked up as the phase profiles look it up (bench.tracing.profile_call)
-        peaks, note = peaks_for(device.name, device.arch, os.environ.get("DITGATE_DEVICE_PROFILE"))
+        peaks, note = peaks_for(device.name, device.arch)
     except Exception as exc:  # noqa: BLE001 - rates are then absolute
         return None, f"no peak: {type(exc).__name__}: {exc}"
     peak = ((peaks or {}).get("tflops") or {}).get("bf16")

@@ -153,11 +153,19 @@ class FastBlock(nn.Module):
             return self.fc2(h).view(*x.shape[:-1], -1)
         return self.fc2(F.gelu(self.fc1(x), approximate="tanh"))
 
-    def forward(self, x: torch.Tensor, mod: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, mod: torch.Tensor, h: torch.Tensor | None = None,
+                closing: tuple[torch.Tensor, torch.Tensor, float] | None = None) -> Any:
+        """The block: ``x`` -> ``x``. Seamed (``block_seam``): ``h`` is this block's normalised input, made by
+        the previous block, and ``closing`` the (shift, scale, eps) of the LayerNorm after it; returns
+        ``(x, that LayerNorm's modulated output)``, so a recording hook still finds ``x`` first."""
         shift_msa, scale_msa, gate_msa, shift_mlp, scale_mlp, gate_mlp = mod.chunk(6, dim=1)
-        h = self.ops.norm_modulate(x, shift_msa, scale_msa, EPS_ATTN)
+        if h is None:
+            h = self.ops.norm_modulate(x, shift_msa, scale_msa, EPS_ATTN)
         x, h = self.ops.residual_norm_modulate(x, gate_msa, self.attention(h), shift_mlp, scale_mlp, EPS_MLP)
-        return self.ops.gated_residual(x, gate_mlp, self.mlp(h))
+        if closing is None:
+            return self.ops.gated_residual(x, gate_mlp, self.mlp(h))
+        shift, scale, eps = closing
+        return self.ops.residual_norm_modulate(x, gate_mlp, self.mlp(h), shift, scale, eps)
 
 
 class FastDiT(nn.Module):
@@ -235,15 +243,33 @@ class FastDiT(nn.Module):
         if not torch.compiler.is_compiling():
             self._probe_attention(batch, x.shape[1])
         emb, mod = self.cond(timestep, class_labels)
-        for i, block in enumerate(self.transformer_blocks):
-            x = block(x, mod[i])
         shift, scale = self.proj_out_1(F.silu(emb[0])).chunk(2, dim=1)
-        x = F.layer_norm(x, x.shape[-1:], eps=EPS_OUT) * (1 + scale[:, None]) + shift[:, None]
+        if self.options.block_seam:
+            x = self._seamed_blocks(x, mod, shift, scale)
+        else:
+            for i, block in enumerate(self.transformer_blocks):
+                x = block(x, mod[i])
+            x = F.layer_norm(x, x.shape[-1:], eps=EPS_OUT) * (1 + scale[:, None]) + shift[:, None]
         x = self.proj_out_2(x)
         c = self.shape.out_channels
         x = x.reshape(batch, grid, grid, p, p, c).permute(0, 5, 1, 3, 2, 4)
         out = x.reshape(batch, c, grid * p, grid * p)
         return FastOutput(sample=out) if return_dict else (out,)
+
+    def _seamed_blocks(self, x: torch.Tensor, mod: torch.Tensor, shift_out: torch.Tensor,
+                       scale_out: torch.Tensor) -> torch.Tensor:
+        """The blocks with each one's closing residual fused into the next LayerNorm (``block_seam``); returns
+        the output LayerNorm's modulated result, the input of ``proj_out_2``."""
+        blocks = self.transformer_blocks
+        shift_msa, scale_msa = mod[0].chunk(6, dim=1)[:2]
+        h = self.adaln_impl.norm_modulate(x, shift_msa, scale_msa, EPS_ATTN)
+        for i, block in enumerate(blocks):
+            if i + 1 < len(blocks):
+                closing = (*mod[i + 1].chunk(6, dim=1)[:2], EPS_ATTN)
+            else:
+                closing = (shift_out, scale_out, EPS_OUT)
+            x, h = block(x, mod[i], h=h, closing=closing)
+        return h
 
     def report(self) -> dict[str, Any]:
         """What ran: options, SDPA backend per shape, adaLN implementation, compile, embedder sharing."""

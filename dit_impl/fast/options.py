@@ -31,6 +31,9 @@ class FastOptions:
     batched_conditioning: bool = True
     #: fc1 + bias + GELU-tanh as one cuBLASLt matmul with a GELU epilogue (``torch._addmm_activation``)
     gelu_epilogue: bool = False
+    #: each block ends in the fused gated residual + the next LayerNorm and modulation (the last block's
+    #: into the output modulation): one adaLN kernel fewer per block; a block then returns (x, next input)
+    block_seam: bool = False
     #: regional compilation: ``blocks`` compiles each transformer block, never the whole model
     compile: str = "off"
     #: ``torch.compile`` mode for the blocks (``default``, ``max-autotune-no-cudagraphs``, ...)

@@ -6,13 +6,16 @@ live in ``pytest_ditgate/profiles/``; a user profile is any JSON file with the s
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 from pytest_ditgate import toolchain
-from pytest_ditgate.device import SDPA_BACKENDS, arch_label
+from pytest_ditgate.device import PROFILE_ENV, SDPA_BACKENDS, arch_label
 from pytest_ditgate.errors import ProfileError
 from pytest_ditgate.fsutil import CorruptFile, decode_json_object
 from pytest_ditgate.numbers import finite_number
@@ -147,27 +150,47 @@ def _validate_peaks(peaks: Any, where: str) -> None:
                                "each a positive number")
 
 
+def mismatches(wanted_arch: str, wanted_name: str | None, name: str, arch: str) -> list[str]:
+    """How the device ``name``/``arch`` differs from a profile's ``arch`` and ``match_name`` (a name that
+    contains ``match_name``, any case, matches; no ``match_name``: any name); empty when it is that device."""
+    problems = []
+    if arch != wanted_arch:
+        problems.append(f"arch {arch}, not {wanted_arch}")
+    if wanted_name and wanted_name.lower() not in name.lower():
+        problems.append(f"name {name!r} does not contain {wanted_name!r}")
+    return problems
+
+
 def _describes(data: dict[str, Any], name: str, arch: str) -> bool:
-    wanted = data.get("match_name")
-    return data.get("arch") == arch and bool(wanted) and wanted.lower() in name.lower()
+    """Peaks are only lent to the device a profile names: its arch and a ``match_name`` (required here)."""
+    return bool(data.get("match_name")) and not mismatches(data.get("arch"), data["match_name"], name, arch)
 
 
-def peaks_for(name: str, arch: str, env_profile: str | None = None) -> tuple[dict[str, Any] | None, str]:
+def peaks_for(name: str, arch: str, profile: str | None = None) -> tuple[dict[str, Any] | None, str]:
     """The measured peaks of the device ``name``/``arch`` and a note on where they come from.
 
-    The profile named by ``env_profile`` (``DITGATE_DEVICE_PROFILE``) is asked first, then the shipped
-    ones; a profile counts only when its arch and ``match_name`` describe this device."""
-    candidates = ([env_profile] if env_profile else []) + shipped_profiles()
-    for spec in candidates:
+    ``profile`` (default: the one ``DITGATE_DEVICE_PROFILE`` names) is asked first, then the shipped ones;
+    a profile counts only when its arch and ``match_name`` describe this device."""
+    profile = profile or os.environ.get(PROFILE_ENV)
+    candidates = [(profile, read_profile)] if profile else []
+    candidates += [(shipped, _read_shipped) for shipped in shipped_profiles()]
+    for spec, read in candidates:
         try:
-            data = read_profile(spec)
+            data = read(spec)
         except ProfileError:
             continue
         if _describes(data, name, arch) and data.get("peaks"):
-            peaks = dict(data["peaks"], profile=data["profile"])
+            peaks = dict(copy.deepcopy(data["peaks"]), profile=data["profile"])  # never the cached one's dicts
             return peaks, f"peaks from device profile {data['profile']}: {peaks['source']}"
     return None, (f"no device profile with measured peaks describes {name} ({arch}): rates are absolute "
                   "(add a 'peaks' object to a device profile to compare with this device's peaks)")
+
+
+@functools.lru_cache(maxsize=None)
+def _read_shipped(name: str) -> dict[str, Any]:
+    """A shipped profile, read once per process (package data does not change under a run; a user's file
+    may, so it is read every time). Callers copy what they keep."""
+    return read_profile(name)
 
 
 def load_profile(spec: str):

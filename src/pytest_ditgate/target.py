@@ -22,22 +22,18 @@ def _is_arch(text: str) -> bool:
 
 def evaluate_target(target: str, device: DeviceInfo) -> TargetMismatch | None:
     """None when ``device`` is the declared target (a profile name, profile file or ``sm_XY``)."""
+    from pytest_ditgate.profiles import mismatches, read_profile
+
     target = target.strip()
     if _is_arch(target.lower()):
         wanted_arch, wanted_name = target.lower(), None
     else:
-        from pytest_ditgate.profiles import read_profile
-
         try:
             data = read_profile(target)
         except ProfileError as exc:
             raise DitgateUsageError(f"--ditgate-target={target}: {exc}") from None
         wanted_arch, wanted_name = data["arch"], data.get("match_name")
-    problems = []
-    if device.arch != wanted_arch:
-        problems.append(f"arch {device.arch}, not {wanted_arch}")
-    if wanted_name and wanted_name.lower() not in device.name.lower():
-        problems.append(f"name {device.name!r} does not contain {wanted_name!r}")
+    problems = mismatches(wanted_arch, wanted_name, device.name, device.arch)
     if not problems:
         return None
     where = " (from a device profile)" if device.is_profile else ""

@@ -17,6 +17,8 @@ FP32_SWITCHES = [
     "dtype=float32,sdpa=math,fused_qkv=0,batched_conditioning=0",
     "dtype=float32,batched_conditioning=0",
     "dtype=float32,adaln=auto,gelu_epilogue=1",  # both fall back on CPU, and say so in the report
+    "dtype=float32,block_seam=1",
+    "dtype=float32,block_seam=1,fused_qkv=0,batched_conditioning=0",
 ]
 
 
@@ -77,3 +79,11 @@ def test_report_says_what_ran_on_cpu(tiny_reference, tiny_inputs) -> None:
     (entry,) = report["sdpa"]["shapes"].values()
     assert entry == {"requested": "math", "ran": "math", "fallback": "false"}
     assert report["label"] == "sdpa=math,adaln=auto,gelu_epilogue=1,dtype=float32"
+
+
+def test_block_seam_is_the_same_arithmetic(tiny_reference, tiny_inputs) -> None:
+    """With PyTorch's adaLN ops the seam only regroups the same operations: bit for bit the stock output."""
+    stock = _run(from_diffusers(tiny_reference, FastOptions(dtype="float32")), tiny_inputs)
+    seamed = from_diffusers(tiny_reference, FastOptions(dtype="float32", block_seam=True))
+    assert seamed.report()["label"] == "block_seam=1,dtype=float32"
+    assert torch.equal(_run(seamed, tiny_inputs), stock)

@@ -76,3 +76,22 @@ def test_explicit_kernels_request_on_cpu_warns_and_falls_back(tiny_reference) ->
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         from_diffusers(tiny_reference, FastOptions(dtype="float32", adaln="auto"))  # auto: reported, silent
+
+
+def test_seam_closing_with_this_blocks_modulation_is_caught(monkeypatch, tiny_reference, tiny_inputs,
+                                                            tiny_expected) -> None:
+    """The seam's likeliest slip, closing a block with its own pre-attention shift and scale instead of the
+    next block's, fails the float32 bound."""
+    from dit_impl.fast import model as fast_model_module
+
+    model = from_diffusers(tiny_reference, FastOptions(dtype="float32", block_seam=True))
+    assert rel_l2(_out(model, tiny_inputs), tiny_expected) < 1e-5
+    real_forward = fast_model_module.FastBlock.forward
+
+    def closes_with_own_modulation(self, x, mod, h=None, closing=None):
+        if closing is not None and self is not model.transformer_blocks[-1]:
+            closing = (*mod.chunk(6, dim=1)[:2], closing[2])
+        return real_forward(self, x, mod, h=h, closing=closing)
+
+    monkeypatch.setattr(fast_model_module.FastBlock, "forward", closes_with_own_modulation)
+    assert rel_l2(_out(model, tiny_inputs), tiny_expected) > 1e-3

@@ -29,6 +29,8 @@ GPU_SWITCHES = [
     "gelu_epilogue=1",
     "adaln=kernels",
     "adaln=kernels,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
+    "adaln=kernels,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn,block_seam=1",
+    "compile=blocks,block_seam=1",
     "cuda_graphs=1",
     "compile=blocks",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",

@@ -218,12 +218,26 @@ def test_bad_peaks_in_a_device_profile_are_refused(tmp_path: Path, peaks, messag
     assert info.match(message.replace("*", ".*").replace("(", r"\(").replace(")", r"\)"))
 
 
-def test_a_user_profile_named_by_the_environment_supplies_peaks(tmp_path: Path) -> None:
+def test_a_user_profile_named_by_the_environment_supplies_peaks(tmp_path: Path, monkeypatch) -> None:
     path = tmp_path / "mine.json"
     path.write_text(json.dumps({"name": "My GPU", "arch": "sm_89", "match_name": "4090",
                                 "peaks": {"source": "my bench", "tflops": {"fp16": 150.0}}}))
-    peaks, note = peaks_for("NVIDIA GeForce RTX 4090", "sm_89", str(path))
+    monkeypatch.delenv("DITGATE_DEVICE_PROFILE", raising=False)
+    assert peaks_for("NVIDIA GeForce RTX 4090", "sm_89")[0] is None  # no shipped profile measured a 4090
+    monkeypatch.setenv("DITGATE_DEVICE_PROFILE", str(path))
+    peaks, note = peaks_for("NVIDIA GeForce RTX 4090", "sm_89")
     assert peaks["tflops"] == {"fp16": 150.0} and "my bench" in note
+    # read every time: a user's file may change under a session (shipped ones are read once)
+    path.write_text(json.dumps({"name": "My GPU", "arch": "sm_89", "match_name": "4090",
+                                "peaks": {"source": "my bench, again", "tflops": {"fp16": 160.0}}}))
+    assert peaks_for("NVIDIA GeForce RTX 4090", "sm_89")[0]["tflops"] == {"fp16": 160.0}
+    assert peaks_for("NVIDIA GeForce RTX 4090", "sm_89", str(path))[0]["tflops"] == {"fp16": 160.0}
+
+
+def test_the_peaks_a_caller_keeps_do_not_change_the_shipped_profile() -> None:
+    peaks, _ = peaks_for("NVIDIA H200", "sm_90")
+    peaks["tflops"]["bf16"] = 1.0
+    assert peaks_for("NVIDIA H200", "sm_90")[0]["tflops"]["bf16"] == 800.0
 
 
 # ---- terminal and report -------------------------------------------------------------------------------

@@ -42,8 +42,8 @@ def test_a_golden_frozen_for_other_weights_is_stale_not_a_mismatch(pytester: pyt
     result.assert_outcomes(failed=1)
     result.stdout.fnmatch_lines(['*[[]golden_stale[]] golden \'case\' for cpu was frozen for other inputs than this '
                                  'test gives (weights: "shipped:shapes@9c1f00aa0b7e" here, '
-                                 '"shipped:shapes@50a27401d8d5" in the golden): it is not this test\'s baseline; '
-                                 'refreeze it*'])
+                                 '"shipped:shapes@50a27401d8d5" in the golden): it is not this test\'s baseline, '
+                                 'and a judge would judge by the frozen ones; refreeze it*'])
     assert "golden_mismatch" not in result.stdout.str()
     assert manifest(pytester) == before  # a check writes nothing
     run(pytester, retrained, "--ditgate-refreeze", seed=1).assert_outcomes(passed=1)
@@ -87,3 +87,24 @@ def test_a_golden_frozen_before_a_key_existed_is_judged_by_its_tensors() -> None
     assert disagreement({"weights": "b", "seed": 5}, {"seed": 5}, ("weights", "seed")) is None
     assert disagreement({"weights": "b"}, {"weights": "a"}, ()) is None
     assert disagreement({"weights": "b"}, {"weights": "a"}, ("weights",)) == 'weights: "b" here, "a" in the golden'
+
+
+BOTH_CHANGED = """
+import torch
+
+def test_case(golden):
+    golden.check("case", {{"latents": torch.zeros(2, 3, 8, 8)}}, metadata={{"weights": {weights!r}}},
+                 frozen_with=("weights",), quality_inputs={{"labels": {labels!r}}})
+"""
+
+
+def test_other_weights_and_other_quality_inputs_are_named_in_one_failure(pytester: pytest.Pytester) -> None:
+    """A check that differs from its golden in metadata and in quality inputs says both at once, so one
+    refreeze (or one fix) settles it."""
+    pytester.makepyfile(test_both=BOTH_CHANGED.format(weights="random(seed=1)", labels=[3, 7]))
+    pytester.runpytest("--ditgate", "-p", "no:cacheprovider", "--ditgate-freeze").assert_outcomes(passed=1)
+    pytester.makepyfile(test_both=BOTH_CHANGED.format(weights="random(seed=2)", labels=[3, 8]))
+    result = pytester.runpytest("--ditgate", "-p", "no:cacheprovider")
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(['*[[]golden_stale[]]*(weights: "random(seed=2)" here, "random(seed=1)" in the golden; '
+                                 'labels: 2 [[]3, 8] here, 2 [[]3, 7] in the golden)*'])

@@ -59,9 +59,9 @@ def test_a_check_giving_other_quality_inputs_than_were_frozen_fails_as_stale(
     before = (pytester.path / "golden" / "manifest.json").read_bytes()
     result = run(pytester, given)
     result.assert_outcomes(failed=1)
-    result.stdout.fnmatch_lines([f"*[[]golden_stale[]] golden 'case' for cpu was frozen with other quality inputs "
-                                 f"than this test gives ({shown.replace('[', '[[]')}); a judge would judge by the frozen ones: "
-                                 "refreeze it*"])
+    result.stdout.fnmatch_lines([f"*[[]golden_stale[]] golden 'case' for cpu was frozen for other inputs than this "
+                                 f"test gives ({shown.replace('[', '[[]')}): it is not this test's baseline, and a "
+                                 "judge would judge by the frozen ones; refreeze it*"])
     assert (pytester.path / "golden" / "manifest.json").read_bytes() == before  # a check writes nothing
     run(pytester, given, "--ditgate-refreeze").assert_outcomes(passed=1)
     run(pytester, given).assert_outcomes(passed=1)

@@ -145,15 +145,16 @@ def test_tampered_bytecode_of_a_fixed_module_never_runs(judged: Project) -> None
 def test_the_judge_does_not_slow_its_childs_timed_calls(judged: Project) -> None:
     """A no-op re-measured against the lane best reads about 1 with an interval far narrower than the fault's.
     On two cores the judge's imports beside the child once made a third of the calls 4x slower: intervals
-    such as 0.19..0.92, and no-ops (an attack too) kept. An honest shared CI host has read 0.92..1.14, so
-    the bounds are those of a host's noise (within 1.3x either way), not of a quiet machine's."""
+    such as 0.19..0.92, and no-ops (an attack too) kept. An honest shared CI host has read intervals of
+    0.92..1.14 and 0.99..1.21 and point ratios of 1.13 and 1.15, so the bounds are those of a host's noise
+    (the ratio within 1.25x, the interval within 1.3x, either way), not of a quiet machine's."""
     judged.commit("no-op")
     result = judged.experiment()
     assert result.returncode == 11, result.stdout[-4000:]
     remeasured = judged.verdict()["verdict"]["objective"]["vs_best"]
     ratio = float(remeasured.split(" = ")[1].split(" (CI")[0])
     low, high = (float(v) for v in remeasured.split("(CI ")[1].split(",")[0].split(".."))
-    assert 0.9 < ratio < 1.1, remeasured
+    assert 1 / 1.25 < ratio < 1.25, remeasured
     assert 1 / 1.3 < low and high < 1.3, remeasured
 
 

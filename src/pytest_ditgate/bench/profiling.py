@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from pytest_ditgate.bench.phases import PHASES, classify
 from pytest_ditgate.bench.traffic import op_bytes
@@ -143,37 +143,37 @@ def _op_traffic(events: list[dict[str, Any]]) -> dict[int, int | None]:
     return traffic
 
 
-def _credit_bytes(activities: list[Activity], traffic: Mapping[int, int | None]) -> None:
-    """Each op's estimated bytes go to the longest kernel it launched (copies keep the trace's bytes)."""
+def _launched_by_op(activities: list[Activity], credited: Callable[[Activity], bool]) -> dict[int, list[Activity]]:
+    """The ``credited`` activities grouped by the op that launched them, the longest first."""
     by_op: dict[int, list[Activity]] = defaultdict(list)
     for activity in activities:
+        if credited(activity):
+            by_op[activity.op].append(activity)
+    return {op: sorted(launched, key=lambda a: a.duration_ns, reverse=True) for op, launched in by_op.items()}
+
+
+def _credit_bytes(activities: list[Activity], traffic: Mapping[int, int | None]) -> None:
+    """Each op's estimated bytes go to the longest kernel it launched (copies keep the trace's bytes)."""
+    def credited(activity: Activity) -> bool:
         if activity.bytes is not None:
-            continue
+            return False
         if activity.op is None:
             activity.bytes_why = NO_OP
         elif traffic.get(activity.op) is None:
             activity.bytes_why = NO_SHAPES
-        else:
-            by_op[activity.op].append(activity)
-    for op, launched in by_op.items():
-        longest = max(launched, key=lambda a: a.duration_ns)
-        for activity in launched:
-            if activity is longest:
-                activity.bytes = traffic[op]
-            else:
-                activity.bytes_why = NOT_LONGEST
+        return activity.op is not None and traffic.get(activity.op) is not None
+
+    for op, (longest, *others) in _launched_by_op(activities, credited).items():
+        longest.bytes = traffic[op]
+        for activity in others:
+            activity.bytes_why = NOT_LONGEST
 
 
 def _credit_flops(activities: list[Activity], flops: Mapping[int, tuple[int, str | None]]) -> None:
     """Each op's FLOPs go to the longest device activity it launched (a split-K reduce gets none)."""
-    by_op: dict[int, list[Activity]] = defaultdict(list)
-    for activity in activities:
-        if activity.op is not None and activity.op in flops:
-            by_op[activity.op].append(activity)
-    for op, launched in by_op.items():
+    for op, (longest, *_) in _launched_by_op(activities, lambda a: a.op is not None and a.op in flops).items():
         count, dtype = flops[op]
         if count and count > 0:
-            longest = max(launched, key=lambda a: a.duration_ns)
             longest.flops, longest.dtype = int(count), dtype
 
 

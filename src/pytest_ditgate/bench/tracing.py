@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -95,7 +94,7 @@ def profile_call(call: Call, *, label: str, artefact_dir: Path, test: str,
     if on_gpu:
         from pytest_ditgate.profiles import peaks_for
 
-        peaks, note = peaks_for(device.name, device.arch, os.environ.get("DITGATE_DEVICE_PROFILE"))
+        peaks, note = peaks_for(device.name, device.arch)
     else:
         peaks, note = None, CPU_PEAKS_NOTE
     return summarize_trace(trace, flop_counts(events), label=label, peaks=peaks, peaks_note=note, trace=relative,

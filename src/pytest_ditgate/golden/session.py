@@ -177,12 +177,6 @@ class GoldenSession:
                         quality=quality_record(quality_inputs))
             return GoldenResult(name, "overwritten" if exists else "written", key)
         hit = self.lookup(name, key, nodeid=nodeid)
-        frozen = hit.entry.provenance.get("metadata")
-        changed = metadata_disagreement(metadata or {}, frozen if isinstance(frozen, Mapping) else {}, frozen_with)
-        if changed:
-            raise GateFailure("golden_stale", f"{hit.describe()} was frozen for other inputs than this test gives "
-                                              f"({changed}): it is not this test's baseline; refreeze it "
-                                              "(pytest --ditgate --ditgate-refreeze) if the change is meant")
         absent = sorted(set(hit.tensors) - set(tensors))
         not_compared = tuple(n for n in absent if any(fnmatch.fnmatchcase(n, p) for p in optional))
         # the tensor names are checked here, for every comparator; the comparator judges the shared ones
@@ -191,11 +185,12 @@ class GoldenSession:
         shared = {n: t for n, t in tensors.items() if n in hit.tensors}
         if not shared:
             names.append("FAIL: no tensor in common with the golden: nothing was compared")
-        stale = disagreement(quality_record(quality_inputs), frozen_record(hit.entry.provenance), shared)
+        stale = _stale_inputs(hit, metadata or {}, frozen_with, quality_inputs, shared)
         if stale:
-            raise GateFailure("golden_stale", f"{hit.describe()} was frozen with other quality inputs than this "
-                                              f"test gives ({stale}); a judge would judge by the frozen ones: "
-                                              "refreeze it (pytest --ditgate --ditgate-refreeze)")
+            raise GateFailure("golden_stale", f"{hit.describe()} was frozen for other inputs than this test gives "
+                                              f"({stale}): it is not this test's baseline, and a judge would judge by "
+                                              "the frozen ones; refreeze it (pytest --ditgate --ditgate-refreeze) "
+                                              "if the change is meant")
         comparison = None
         if shared:
             shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
@@ -307,6 +302,16 @@ def _bytes_dtype() -> Any:
 def _untracked_message(path: Any, manifest_path: Any) -> str:
     return (f"golden file {path} exists but {manifest_path} does not list it; --ditgate-freeze never replaces a "
             "file it did not write: move it away, or overwrite it on purpose with --ditgate-refreeze")
+
+
+def _stale_inputs(hit: GoldenHit, metadata: Mapping[str, Any], frozen_with: tuple[str, ...],
+                  quality_inputs: Mapping[str, Any] | None, judged: Mapping[str, Any]) -> str | None:
+    """Every input this check gives otherwise than the golden was frozen with (None when none does): the
+    ``frozen_with`` metadata keys, and the quality inputs of the tensors ``judged``."""
+    frozen = hit.entry.provenance.get("metadata")
+    reasons = (metadata_disagreement(metadata, frozen if isinstance(frozen, Mapping) else {}, frozen_with),
+               disagreement(quality_record(quality_inputs), frozen_record(hit.entry.provenance), judged))
+    return "; ".join(reason for reason in reasons if reason) or None
 
 
 def _not_compared_line(names: tuple[str, ...]) -> str:

@@ -250,6 +250,36 @@ def test_fast_block_matches_basic_transformer_block(case, lanes, kernel_check) -
     assert check(kernel_check, lane, candidate, reference, make_inputs, f"block[{switches}]").passed
 
 
+@pytest.mark.parametrize("case", lane_params(("block_seam=1",), ("block_seam=1", "adaln=kernels,block_seam=1"),
+                                             **{"adaln=kernels,block_seam=1": _KERNELS}))
+def test_seamed_block_matches_a_block_and_the_next_layernorm(case, lanes, kernel_check) -> None:
+    """A seamed block (``block_seam``) gets its input normalised and ends in the next block's LayerNorm +
+    modulation: (diffusers' block output, the next block's ``norm1`` of it)."""
+    from dit_impl.fast.model import EPS_ATTN
+
+    lane, switches = get_lane(lanes, case[0]), case[1]
+    fast = lane.fast(switches)
+    if "adaln=kernels" in switches:
+        assert fast.report()["adaln"]["impl"] == "kernels", fast.report()["adaln"]["reason"]
+    i = len(fast.transformer_blocks) - 2  # a block with a next one
+
+    def candidate(x, t, y):
+        _, mod = fast.cond(t, y)
+        shift, scale = mod[i].chunk(6, dim=1)[:2]
+        h = fast.adaln_impl.norm_modulate(x, shift, scale, EPS_ATTN)
+        return fast.transformer_blocks[i](x, mod[i], h=h, closing=(*mod[i + 1].chunk(6, dim=1)[:2], EPS_ATTN))
+
+    def reference(x, t, y):
+        blocks = lane.reference_in(x.dtype).transformer_blocks
+        out = blocks[i](x, timestep=t, class_labels=y)
+        return out, blocks[i + 1].norm1(out, t, y, hidden_dtype=x.dtype)[0]
+
+    def make_inputs(seed):
+        return (lane.tokens(seed), *lane.conditioning(seed))
+
+    assert check(kernel_check, lane, candidate, reference, make_inputs, f"seamed block[{switches}]").passed
+
+
 # -- embeddings: patch embedding + positions, timestep/label embedding + adaLN modulation --------------
 
 def _block_input(model: Any, latents: Any, t: Any, y: Any) -> Any:

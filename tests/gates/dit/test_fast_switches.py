@@ -44,7 +44,7 @@ class Combo:
 
 def cpu_combos() -> list[Any]:
     """fused_qkv x batched_conditioning x sdpa(auto, math) in float32, plus the CUDA-only switches
-    requested on the CPU (they fall back, reported). ``auto`` dispatches to the same CPU SDPA kernel as
+    requested on the CPU (they fall back, reported), and the block seam. ``auto`` dispatches to the same CPU SDPA kernel as
     diffusers, so those claim bitwise ``exact``; the math path rounds differently: ``numerical``."""
     combos = []
     for sdpa in ("auto", "math"):
@@ -53,6 +53,8 @@ def cpu_combos() -> list[Any]:
                 options = FastOptions(dtype="float32", sdpa=sdpa, fused_qkv=fused, batched_conditioning=batched)
                 combos.append(Combo(options, "exact" if sdpa == "auto" else "numerical"))
     combos.append(Combo(FastOptions(dtype="float32", adaln="auto", gelu_epilogue=True), "exact"))
+    # the block seam regroups PyTorch's adaLN ops without changing them; its blocks' recorded output is x
+    combos.append(Combo(FastOptions(dtype="float32", block_seam=True), "exact"))
     return [pytest.param(c, id=c.label) for c in combos]
 
 
@@ -78,6 +80,9 @@ GPU_COMBOS = [
     # dit_bench's sampling configuration and its fastest forward (8.04 ms on the H200)
     _gpu("compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn", _COMPILE, pytest.mark.requires_gpu(sdpa="cudnn")),
     _gpu("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn", _KERNELS, pytest.mark.requires_gpu(sdpa="cudnn")),
+    _gpu("adaln=kernels,block_seam=1", _KERNELS),  # eager: its block activations are judged too
+    _gpu("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1", _KERNELS,
+         pytest.mark.requires_gpu(sdpa="cudnn")),
 ]
 
 
