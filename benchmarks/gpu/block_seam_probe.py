@@ -19,7 +19,6 @@ the float32 diffusers forward, and the largest difference between the two.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -27,46 +26,23 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import environment, log  # noqa: E402
 
-FASTEST = "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn"
+from xl_forward import FASTEST, case_arguments, xl_case  # noqa: E402
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--images", type=int, default=8)
-    parser.add_argument("--rounds", type=int, default=200)
-    parser.add_argument("--seed", type=int, default=0)
+    parser = case_arguments(__doc__.splitlines()[0])
     args = parser.parse_args()
 
-    import torch
-
-    from dit_impl.baseline import load_model
     from dit_impl.fast import FastOptions, fast_transformer
     from pytest_ditgate.bench.runner import measure_pair
     from pytest_ditgate.quality.metrics import rel_l2
 
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    transformer = load_model("dit-xl-2-256", seed=args.seed, dtype="bfloat16", device="cuda").transformer
-    generator = torch.Generator().manual_seed(args.seed + 1)
-    half = torch.randn(args.images, 4, 32, 32, generator=generator)
-    x = torch.cat([half, half]).cuda().bfloat16()
-    t = torch.full((2 * args.images,), 500, dtype=torch.long, device="cuda")
-    labels = torch.randint(0, 1000, (args.images,), generator=generator)
-    y = torch.cat([labels, torch.full((args.images,), 1000)]).cuda()
-    reference = type(transformer)(**transformer.config).to("cuda").eval().requires_grad_(False)
-    reference.load_state_dict({k: v.float() for k, v in transformer.state_dict().items()})
-    with torch.inference_mode():
-        expected = reference(x.float(), timestep=t, class_labels=y).sample
-    del reference
-    torch.cuda.empty_cache()
-
+    case = xl_case(args.images, args.seed)
+    transformer, expected = case.transformer, case.expected
     options = FastOptions.parse(FASTEST, FastOptions(dtype="bfloat16"))
     stock = fast_transformer(transformer, options)
     seam = fast_transformer(transformer, options.replace(block_seam=True))
-    with torch.inference_mode():
-        out_stock = stock(x, timestep=t, class_labels=y).sample
-        out_seam = seam(x, timestep=t, class_labels=y).sample
+    out_stock, out_seam = case.run(stock), case.run(seam)
     log("[seam] captured both graphs; adaLN:", seam.model.report()["adaln"])
     comparison = measure_pair(seam.replay, stock.replay, mechanism="events", warmup=10, rounds=args.rounds,
                               labels=("seam", "stock"))

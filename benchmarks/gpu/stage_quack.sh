@@ -9,6 +9,7 @@
 #   device call 3:       carry [".stage/part3"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
 #                        benchmarks/gpu/stage_quack.sh install &&
 #                        PYTHONPATH=$Q:$Q/nvidia_cutlass_dsl/dsl_packages python3 ...   (Q=/tmp/quack/site-packages)
+#   a probe that also needs diffusers (quack_forward_probe.py): a fourth call carrying [".whl"] only
 #
 # The calls must follow each other while the machine is warm (30 s): /tmp/quack-stage lives on that machine.
 set -euo pipefail
