@@ -22,7 +22,8 @@ quack comes from ``benchmarks/gpu/stage_quack.sh`` (three calls); diffusers, for
 would pass the 64 MiB a call may carry), installed into ``/tmp/site`` as for the GPU check.
 
 A table is printed last: median ms, ratio to stock with its 95 % interval, the forward's matmul TFLOP/s and
-its share of the device profile's GEMM peak.
+its share of the device profile's GEMM peak; with ``--profile``, the phase table of one traced replay of the
+stock forward and of each variant.
 """
 
 from __future__ import annotations
@@ -80,6 +81,8 @@ def use_quack(model: Any, gemms: tuple[str, ...], tuned: bool) -> None:
 def main() -> int:
     parser = case_arguments(__doc__.splitlines()[0])
     parser.add_argument("--tuned", action="store_true", help="quack's autotuned configurations")
+    parser.add_argument("--profile", action="store_true",
+                        help="a phase profile of the stock forward and each variant (one traced replay, after timing)")
     args = parser.parse_args()
 
     import quack
@@ -121,6 +124,10 @@ def main() -> int:
             entry.update(ms=pair.a.median_ms, stock_ms=pair.b.median_ms, ratio=pair.ratio,
                          ratio_interval=[pair.ci_low, pair.ci_high], comparison=pair.describe())
             log(f"[quack forward] {pair.describe()}")
+            if args.profile:
+                if "stock_profile" not in record:
+                    record["stock_profile"] = traced(stock.replay, "stock", pair.b.median_ms, args.out)
+                entry["profile"] = traced(variant.replay, name, pair.a.median_ms, args.out)
         except Exception as exc:  # noqa: BLE001 - one variant failing must not lose the others
             entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
             log(f"[quack forward] {name}: {entry['error']}")
@@ -130,7 +137,23 @@ def main() -> int:
             if args.out:  # rewritten after every variant: a later failure loses nothing
                 args.out.write_text(json.dumps(record, indent=1, default=str))
     print("\n".join(table(results, stock_rel_l2, flops, peak)))
+    if args.profile:
+        from pytest_ditgate.bench.report import profile_lines, profile_row
+
+        profiled = [("stock", record.get("stock_profile"))] + [(e["variant"], e.get("profile")) for e in results]
+        print("\n".join(profile_lines([profile_row(label, p) for label, p in profiled if p])))
     return 0
+
+
+def traced(replay: Any, label: str, timed_ms: float, out: Path | None) -> dict[str, Any]:
+    """The project's phase profile of one traced graph replay (GEMM, attention, elementwise, idle; top
+    kernels; a Perfetto trace under ``profiles/`` beside ``out``)."""
+    from pytest_ditgate.bench.timers import Call
+    from pytest_ditgate.bench.tracing import profile_call
+
+    folder = out.parent if out else Path.cwd()
+    return profile_call(Call(replay), label=f"quack forward {label}", artefact_dir=folder,
+                        test="quack_forward_probe", timed_ms=timed_ms).to_dict()
 
 
 def table(results: list[dict[str, Any]], stock_rel_l2: float, flops: float, peak: float | None) -> list[str]:
