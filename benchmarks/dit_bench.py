@@ -30,7 +30,8 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable
 
-from harness import ROOT, gemm_peak_tflops  # noqa: E402 - puts the repository on sys.path
+# importing harness puts the repository on sys.path
+from harness import ROOT, gemm_peak_tflops, phase_profile, phase_table  # noqa: E402
 
 DEFAULT_CONFIGS = (
     "default",
@@ -209,11 +210,7 @@ class Bench:
     def profile(self, label: str, timed: Callable[[], Any], timed_ms: float) -> dict[str, Any]:
         """The phase profile of one traced run of ``timed`` (a graph replay is traced as it is: its kernels
         carry no FLOPs, so GEMM rates come from the eager cases)."""
-        from pytest_ditgate.bench.timers import Call
-        from pytest_ditgate.bench.tracing import profile_call
-
-        return profile_call(Call(timed), label=label, artefact_dir=Path(self.args.out), test="dit_bench",
-                            timed_ms=timed_ms).to_dict()
+        return phase_profile(timed, label, Path(self.args.out), "dit_bench", timed_ms)
 
     def diffusers_eager(self) -> dict[str, Any]:
         import torch
@@ -420,10 +417,8 @@ def _rates(result: dict[str, Any]) -> str:
 
 def profile_table(results: list[dict[str, Any]]) -> str:
     """The phase profiles of the timed cases, as ``pytest --ditgate --ditgate-profile`` prints them."""
-    from pytest_ditgate.bench.report import profile_lines, profile_row
-
-    rows = [profile_row(r["profile"].get("label") or r["name"], r["profile"]) for r in results if r.get("profile")]
-    return "\n".join(profile_lines(rows))  # named by the profile's label alone: the case name repeats it
+    # named by the profile's label alone: the case name repeats it
+    return phase_table([(r["profile"].get("label") or r["name"], r["profile"]) for r in results if r.get("profile")])
 
 
 def main() -> int:

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import sys
 import traceback
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 ROOT = Path(__file__).resolve().parent.parent
 for _path in (str(ROOT / "src"), str(ROOT)):
@@ -33,6 +34,46 @@ def guarded(results: dict, key: str, fn: Callable[[], Any]) -> Any:
         return None
     results[key] = value
     return value
+
+
+class WrongResult(Exception):
+    """A probe's case computed something else than its reference: recorded, never timed."""
+
+
+def check_result(error: float, bound: float, reference: str) -> None:
+    """Raise :class:`WrongResult` unless ``error`` (rel-L2 against the reference) is within ``bound`` (NaN is not)."""
+    if not error <= bound:
+        raise WrongResult(f"rel-L2 {error:.3e} against {reference}, bound {bound:.3e}")
+
+
+@contextmanager
+def one_case(entry: dict, tag: str, label: str) -> Iterator[None]:
+    """One case of a probe: a wrong result or an error is recorded in ``entry["error"]`` and logged, and the
+    next case runs (one case failing must not lose the others)."""
+    try:
+        yield
+    except WrongResult as exc:
+        entry["error"] = f"wrong result: {exc}"
+        log(f"[{tag}] {label}: {entry['error']}")
+    except Exception as exc:  # noqa: BLE001
+        entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
+        log(f"[{tag}] {label}: {entry['error']}")
+
+
+def phase_profile(call: Callable[[], Any], label: str, folder: Path, test: str, timed_ms: float) -> dict[str, Any]:
+    """The project's phase profile of one traced run of ``call`` (GEMM, attention, elementwise, copies, idle;
+    top kernels; a Perfetto trace under ``folder/profiles/``), taken after its timing."""
+    from pytest_ditgate.bench.timers import Call
+    from pytest_ditgate.bench.tracing import profile_call
+
+    return profile_call(Call(call), label=label, artefact_dir=folder, test=test, timed_ms=timed_ms).to_dict()
+
+
+def phase_table(profiles: list[tuple[str, dict[str, Any] | None]]) -> str:
+    """Labelled phase profiles as ``pytest --ditgate --ditgate-profile`` prints them (missing ones left out)."""
+    from pytest_ditgate.bench.report import profile_lines, profile_row
+
+    return "\n".join(profile_lines([profile_row(label, profile) for label, profile in profiles if profile]))
 
 
 def gemm_peak_tflops() -> tuple[float | None, str]:

@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import environment, log  # noqa: E402
+from harness import check_result, environment, log, one_case  # noqa: E402
 
 BATCH, HEADS, TOKENS, HEAD_DIM = 16, 16, 256, 72
 FLOPS = 4.0 * BATCH * HEADS * TOKENS * TOKENS * HEAD_DIM  # QK^T and PV, at the true head dim
@@ -92,20 +92,15 @@ def main() -> int:
     for label, call in variants.items():
         entry = {"variant": label}
         results.append(entry)
-        try:
+        with one_case(entry, "attention", label):  # a backend that cannot run the shape is a result too
             entry["rel_l2"] = rel_l2(call(), want)
-            if entry["rel_l2"] > 2e-2:
-                entry["error"] = f"wrong result: rel-L2 {entry['rel_l2']:.3e}"
-                continue
+            check_result(entry["rel_l2"], 2e-2, "float32 attention")
             pair = measure_pair(call, model_call, mechanism="graph", warmup=10, rounds=args.rounds,
                                 labels=(label, "model"))
             entry.update(ms=pair.a.median_ms, model_ms=pair.b.median_ms, ratio=pair.ratio,
                          ratio_interval=[pair.ci_low, pair.ci_high], tflops=FLOPS / pair.a.median_ms / 1e9,
                          forward_ms_saved=(pair.b.median_ms - pair.a.median_ms) * LAYERS)
             log(f"[attention] {pair.describe()}")
-        except Exception as exc:  # noqa: BLE001 - a backend that cannot run the shape is a result too
-            entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-            log(f"[attention] {label}: {entry['error']}")
     record = {"shape": {"batch": BATCH, "heads": HEADS, "tokens": TOKENS, "head_dim": HEAD_DIM}, "results": results,
               "timer": "pytest_ditgate measure_pair, mechanism graph, interleaved with the model's call",
               "environment": environment()}

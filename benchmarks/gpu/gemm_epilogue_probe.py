@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import gemm_peak_tflops, log  # noqa: E402
+from harness import check_result, gemm_peak_tflops, log, one_case  # noqa: E402
 
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
@@ -158,7 +158,7 @@ def run_shape(name, programs, rounds, results):
             entry = {"shape": name, "m": want.shape[0], "n": n, "k": k, "epilogue": epilogue, "kind": kind,
                      "config": list(config), "today_rel_l2": today_error}
             results.append(entry)
-            try:
+            with one_case(entry, "gemm", label):  # one configuration failing must not lose the others
                 out = torch.empty_like(want, dtype=torch.bfloat16)
                 launch = make_gemm(kind, ops["a"], ops["w"], ops["bias"], out, config, epilogue, ops["gate"],
                                    ops["residual"], programs)
@@ -167,19 +167,13 @@ def run_shape(name, programs, rounds, results):
                 torch.cuda.synchronize()
                 entry["first_call_s"] = round(time.perf_counter() - start, 2)
                 entry["rel_l2"] = rel_l2(out, want)
-                if not entry["rel_l2"] <= max(4 * today_error, 1e-2):
-                    entry["error"] = f"wrong result: rel-L2 {entry['rel_l2']:.3e} (cuBLAS today {today_error:.3e})"
-                    log(f"[gemm] {label}: {entry['error']}")
-                    continue
+                check_result(entry["rel_l2"], max(4 * today_error, 1e-2), f"float32 (cuBLAS today {today_error:.3e})")
                 pair = measure_pair(launch, today, mechanism="graph", warmup=10, rounds=rounds,
                                     labels=("triton", "today"))
                 entry.update(triton_ms=pair.a.median_ms, today_ms=pair.b.median_ms, ratio=pair.ratio,
                              ratio_interval=[pair.ci_low, pair.ci_high], triton_tflops=tflops(n, k, pair.a.median_ms),
                              today_tflops=tflops(n, k, pair.b.median_ms))
                 log(f"[gemm] {label}: {pair.describe()}")
-            except Exception as exc:  # noqa: BLE001 - one configuration failing must not lose the others
-                entry["error"] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                log(f"[gemm] {label}: {entry['error']}")
 
 
 def table(results, peak: float | None) -> list[str]:

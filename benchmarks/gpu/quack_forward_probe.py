@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import environment, gemm_peak_tflops, log  # noqa: E402
+from harness import check_result, environment, gemm_peak_tflops, log, one_case, phase_profile, phase_table  # noqa: E402
 
 from xl_forward import FASTEST, case_arguments, xl_case  # noqa: E402
 
@@ -111,14 +111,13 @@ def main() -> int:
     for name, gemms in VARIANTS.items():
         entry: dict[str, Any] = {"variant": name, "gemms": list(gemms)}
         results.append(entry)
-        try:
+        variant = None
+        with one_case(entry, "quack forward", name):  # one variant failing must not lose the others
             variant = fast_transformer(case.transformer, options)
             use_quack(variant.model, gemms, args.tuned)
             out = case.run(variant)  # warms up (quack compiles here) and captures the graph
             entry["rel_l2_vs_fp32"] = rel_l2(out, case.expected)
-            if not entry["rel_l2_vs_fp32"] <= 1.25 * stock_rel_l2:
-                entry["error"] = f"wrong result: rel-L2 {entry['rel_l2_vs_fp32']:.3e} (stock {stock_rel_l2:.3e})"
-                continue
+            check_result(entry["rel_l2_vs_fp32"], 1.25 * stock_rel_l2, f"float32 (stock {stock_rel_l2:.3e})")
             pair = measure_pair(variant.replay, stock.replay, mechanism="events", warmup=10, rounds=args.rounds,
                                 labels=(name, "stock"))
             entry.update(ms=pair.a.median_ms, stock_ms=pair.b.median_ms, ratio=pair.ratio,
@@ -128,32 +127,21 @@ def main() -> int:
                 if "stock_profile" not in record:
                     record["stock_profile"] = traced(stock.replay, "stock", pair.b.median_ms, args.out)
                 entry["profile"] = traced(variant.replay, name, pair.a.median_ms, args.out)
-        except Exception as exc:  # noqa: BLE001 - one variant failing must not lose the others
-            entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
-            log(f"[quack forward] {name}: {entry['error']}")
-        finally:
-            variant = None
-            torch.cuda.empty_cache()
-            if args.out:  # rewritten after every variant: a later failure loses nothing
-                args.out.write_text(json.dumps(record, indent=1, default=str))
+        variant = None
+        torch.cuda.empty_cache()
+        if args.out:  # rewritten after every variant: a later failure loses nothing
+            args.out.write_text(json.dumps(record, indent=1, default=str))
     print("\n".join(table(results, stock_rel_l2, flops, peak)))
     if args.profile:
-        from pytest_ditgate.bench.report import profile_lines, profile_row
-
-        profiled = [("stock", record.get("stock_profile"))] + [(e["variant"], e.get("profile")) for e in results]
-        print("\n".join(profile_lines([profile_row(label, p) for label, p in profiled if p])))
+        print(phase_table([("stock", record.get("stock_profile"))] + [(e["variant"], e.get("profile"))
+                                                                       for e in results]))
     return 0
 
 
 def traced(replay: Any, label: str, timed_ms: float, out: Path | None) -> dict[str, Any]:
-    """The project's phase profile of one traced graph replay (GEMM, attention, elementwise, idle; top
-    kernels; a Perfetto trace under ``profiles/`` beside ``out``)."""
-    from pytest_ditgate.bench.timers import Call
-    from pytest_ditgate.bench.tracing import profile_call
-
-    folder = out.parent if out else Path.cwd()
-    return profile_call(Call(replay), label=f"quack forward {label}", artefact_dir=folder,
-                        test="quack_forward_probe", timed_ms=timed_ms).to_dict()
+    """The phase profile of one traced graph replay, its trace under ``profiles/`` beside ``out``."""
+    return phase_profile(replay, f"quack forward {label}", out.parent if out else Path.cwd(), "quack_forward_probe",
+                         timed_ms)
 
 
 def table(results: list[dict[str, Any]], stock_rel_l2: float, flops: float, peak: float | None) -> list[str]:

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import gemm_peak_tflops, log  # noqa: E402
+from harness import check_result, gemm_peak_tflops, log, one_case  # noqa: E402
 
 from block_gemms import ATTN_OUT, FC1, FC2, QKV, expected, of_peak, operands, tflops, write_record  # noqa: E402
 
@@ -63,7 +63,7 @@ def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
     n, k, epilogue = CASES[name]
     entry = {"case": name, "n": n, "k": k, "epilogue": epilogue, "tuned": tuned}
     results.append(entry)
-    try:
+    with one_case(entry, "quack", f"{name} tuned={tuned}"):
         ops = operands(n, k, seed=len(results))
         ops.pop("gate")  # no quack epilogue carries a per-image gate
         want = expected(epilogue, **ops, gate=None)
@@ -73,10 +73,8 @@ def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
         torch.cuda.synchronize()
         entry["first_call_s"] = round(time.perf_counter() - start, 2)
         entry["rel_l2"], entry["cublas_rel_l2"] = rel_l2(got, want), rel_l2(cublas_call(), want)
-        if not entry["rel_l2"] <= max(4 * entry["cublas_rel_l2"], 1e-2):
-            entry["error"] = f"wrong result: rel-L2 {entry['rel_l2']:.3e} (cuBLAS {entry['cublas_rel_l2']:.3e})"
-            log(f"[quack] {name}: {entry['error']}")
-            return
+        check_result(entry["rel_l2"], max(4 * entry["cublas_rel_l2"], 1e-2),
+                     f"float32 (cuBLAS {entry['cublas_rel_l2']:.3e})")
         for mechanism in ("graph", "events"):  # events if the DSL's launch cannot be captured
             try:
                 pair = measure_pair(quack_call, cublas_call, mechanism=mechanism, warmup=10, rounds=rounds,
@@ -90,9 +88,6 @@ def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
                      ratio_interval=[pair.ci_low, pair.ci_high], quack_tflops=tflops(n, k, pair.a.median_ms),
                      cublas_tflops=tflops(n, k, pair.b.median_ms))
         log(f"[quack] {name} tuned={tuned}: {pair.describe()}")
-    except Exception as exc:  # noqa: BLE001 - one case failing must not lose the others
-        entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
-        log(f"[quack] {name}: {entry['error']}")
 
 
 def table(results: list[dict], peak: float | None) -> list[str]:
