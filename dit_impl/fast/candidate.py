@@ -15,8 +15,8 @@ OPTIONS = FastOptions(dtype="bfloat16", sdpa="auto", fused_qkv=True, batched_con
 
 
 def options_for(device_type: str) -> FastOptions:
-    """``OPTIONS`` on CUDA; on the CPU float32 and no CUDA-only switch (graphs, GELU epilogue, kernels)."""
+    """``OPTIONS`` on CUDA; on the CPU float32 and no CUDA-only switch (graphs, GELU epilogue, kernels, quack)."""
     if device_type == "cuda":
         return OPTIONS
     return OPTIONS.replace(dtype="float32", cuda_graphs=False, gelu_epilogue=False, adaln="torch",
-                           compile="off", sdpa="math")
+                           compile="off", sdpa="math", gemm="cublas")

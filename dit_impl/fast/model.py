@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dit_impl.fast import adaln
+from dit_impl.fast import adaln, gemms
 from dit_impl.fast.attention import AttentionRecorder, sdpa
 from dit_impl.fast.embeddings import TIMESTEP_CHANNELS, patch_positions, timestep_features
 from dit_impl.fast.options import FastOptions
@@ -135,11 +135,13 @@ class FastBlock(nn.Module):
         self.fc1 = nn.Linear(d, 4 * d)
         self.fc2 = nn.Linear(4 * d, d)
         self.ops = adaln.torch_ops("default")
+        self.gemms = gemms.cublas("default")
 
     def attention(self, x: torch.Tensor) -> torch.Tensor:
         b, n, d = x.shape
         if self.fused_qkv:
-            q, k, v = self.qkv(x).view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
+            qkv = self.qkv(x) if self.gemms.qkv is None else self.gemms.qkv(x, self.qkv)
+            q, k, v = qkv.view(b, n, 3, self.heads, self.head_dim).permute(2, 0, 3, 1, 4)
         else:
             q, k, v = (proj(x).view(b, n, self.heads, self.head_dim).transpose(1, 2)
                        for proj in (self.q, self.k, self.v))
@@ -147,6 +149,8 @@ class FastBlock(nn.Module):
         return self.out(out.transpose(1, 2).reshape(b, n, d))
 
     def mlp(self, x: torch.Tensor) -> torch.Tensor:
+        if self.gemms.fc1_gelu is not None:
+            return self.fc2(self.gemms.fc1_gelu(x, self.fc1))
         if self.gelu_epilogue:
             flat = x.reshape(-1, x.shape[-1])
             h = torch._addmm_activation(self.fc1.bias, flat, self.fc1.weight.t(), use_gelu=True)
@@ -188,6 +192,7 @@ class FastDiT(nn.Module):
         self.proj_out_2 = nn.Linear(d, p * p * shape.out_channels)
         self.adaln_impl = adaln.torch_ops("not prepared")
         self.gelu_epilogue_reason = "not prepared"
+        self.gemms = gemms.cublas("not prepared")
         self._compiled = False
 
     @property
@@ -208,13 +213,23 @@ class FastDiT(nn.Module):
                 raise RuntimeError(message)
             if self.options.adaln == "kernels":
                 warnings.warn(message, RuntimeWarning, stacklevel=2)
+        self.gemms = gemms.resolve_gemms(self.options.gemm, self.device, self.dtype, compiled,
+                                         self.options.fused_qkv)
+        if self.options.gemm != "cublas" and self.gemms.impl == "cublas":
+            message = f"gemm={self.options.gemm!r} fell back to cuBLAS: {self.gemms.reason}"
+            if self.options.strict:
+                raise RuntimeError(message)
+            warnings.warn(message, RuntimeWarning, stacklevel=2)
         # CPU's _addmm_activation applies the erf GELU, not tanh: the epilogue is only exact on CUDA (cuBLASLt)
         epilogue = self.options.gelu_epilogue and self.device.type == "cuda"
-        self.gelu_epilogue_reason = ("cuBLASLt GELU(tanh) epilogue" if epilogue else
-                                     "off" if not self.options.gelu_epilogue else
+        self.gelu_epilogue_reason = ("off" if not self.options.gelu_epilogue else
+                                     "superseded: gemm=quack runs fc1 with its own GELU epilogue"
+                                     if self.gemms.fc1_gelu is not None else
+                                     "cuBLASLt GELU(tanh) epilogue" if epilogue else
                                      f"ignored on {self.device.type}: its _addmm_activation uses the erf GELU")
         for block in self.transformer_blocks:
             block.ops = self.adaln_impl
+            block.gemms = self.gemms
             block.gelu_epilogue = epilogue
             if compiled and not self._compiled:
                 block.compile(mode=self.options.compile_mode, dynamic=False, fullgraph=False)
@@ -276,6 +291,7 @@ class FastDiT(nn.Module):
         return {"options": self.options.to_dict(), "label": self.options.label(), "sdpa": self.recorder.report(),
                 "adaln": {"impl": self.adaln_impl.impl, "reason": self.adaln_impl.reason},
                 "gelu_epilogue": self.gelu_epilogue_reason,
+                "gemm": {"impl": self.gemms.impl, "reason": self.gemms.reason},
                 "compile": {"mode": self.options.compile, "compile_mode": self.options.compile_mode},
                 "shared_embedder": self.cond.embedders == 1, "dtype": str(self.dtype).replace("torch.", ""),
                 "device": str(self.device)}

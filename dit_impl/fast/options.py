@@ -12,6 +12,7 @@ from typing import Any
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
 ADALN_MODES = ("torch", "kernels", "auto")
 COMPILE_MODES = ("off", "blocks")
+GEMM_LIBRARIES = ("cublas", "quack")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -34,6 +35,9 @@ class FastOptions:
     #: each block ends in the fused gated residual + the next LayerNorm and modulation (the last block's
     #: into the output modulation): one adaLN kernel fewer per block; a block then returns (x, next input)
     block_seam: bool = False
+    #: the blocks' QKV and fc1 (+GELU) GEMMs: cuBLAS, or quack's CuTe-DSL Hopper GEMMs (bf16/fp16 on sm_90+,
+    #: eager or graphed; elsewhere cuBLAS, the fall-back reported); attention-out and fc2 stay in cuBLAS
+    gemm: str = "cublas"
     #: regional compilation: ``blocks`` compiles each transformer block, never the whole model
     compile: str = "off"
     #: ``torch.compile`` mode for the blocks (``default``, ``max-autotune-no-cudagraphs``, ...)
@@ -51,7 +55,7 @@ class FastOptions:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field whose value is unknown."""
         for name, allowed in (("sdpa", SDPA_BACKENDS), ("adaln", ADALN_MODES), ("compile", COMPILE_MODES),
-                              ("dtype", DTYPES)):
+                              ("gemm", GEMM_LIBRARIES), ("dtype", DTYPES)):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"FastOptions.{name}={value!r} is not one of {', '.join(allowed)}")

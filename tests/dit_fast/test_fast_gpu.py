@@ -7,6 +7,8 @@ exactly when it is as accurate as the baseline in bf16.
 
 from __future__ import annotations
 
+import importlib.util
+
 import pytest
 
 from pytest_ditgate.quality.metrics import rel_l2
@@ -35,6 +37,14 @@ GPU_SWITCHES = [
     "compile=blocks",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
     "dtype=float16",
+]
+#: gemm=quack runs only where quack-kernels is installed, on sm_90 or newer; a fall-back there fails (strict)
+_QUACK = [pytest.mark.requires_gpu(cc=">=9.0", why="gemm=quack runs quack's Hopper GEMMs"),
+          pytest.mark.skipif(importlib.util.find_spec("quack") is None,
+                             reason="gemm=quack needs quack-kernels, which is not installed")]
+GPU_SWITCHES += [
+    pytest.param("gemm=quack", marks=_QUACK),
+    pytest.param("adaln=kernels,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn,block_seam=1,gemm=quack", marks=_QUACK),
 ]
 
 
@@ -67,7 +77,7 @@ def xl_blocks():
 def test_switch_matches_diffusers_within_bf16_error(switches, xl_blocks) -> None:
     ref, (x, t, y), expected, baseline_error = xl_blocks
     options = FastOptions.parse(switches)
-    if options.adaln == "kernels":  # a fall-back to PyTorch ops (kernels package broken) fails, never skips
+    if options.adaln == "kernels" or options.gemm == "quack":  # a fall-back fails, never skips
         options = options.replace(strict=True)
     model = fast_transformer(ref, options)
     with torch.inference_mode():
@@ -80,6 +90,7 @@ def test_switch_matches_diffusers_within_bf16_error(switches, xl_blocks) -> None
     report = model.report()
     if options.adaln == "kernels":
         assert report["adaln"]["impl"] == "kernels", report["adaln"]
+    assert report["gemm"]["impl"] == options.gemm, report["gemm"]
     if options.sdpa != "auto":
         assert all(e["ran"] == options.sdpa for e in report["sdpa"]["shapes"].values()), report["sdpa"]
 

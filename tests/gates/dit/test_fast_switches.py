@@ -13,6 +13,7 @@ The negative controls at the end prove the gate rejects a plausible wrong optimi
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -52,7 +53,7 @@ def cpu_combos() -> list[Any]:
             for batched in (True, False):
                 options = FastOptions(dtype="float32", sdpa=sdpa, fused_qkv=fused, batched_conditioning=batched)
                 combos.append(Combo(options, "exact" if sdpa == "auto" else "numerical"))
-    combos.append(Combo(FastOptions(dtype="float32", adaln="auto", gelu_epilogue=True), "exact"))
+    combos.append(Combo(FastOptions(dtype="float32", adaln="auto", gelu_epilogue=True, gemm="quack"), "exact"))
     # the block seam regroups PyTorch's adaLN ops without changing them; its blocks' recorded output is x
     combos.append(Combo(FastOptions(dtype="float32", block_seam=True), "exact"))
     return [pytest.param(c, id=c.label) for c in combos]
@@ -65,6 +66,9 @@ def _gpu(text: str, *marks: Any) -> Any:
 
 _KERNELS = pytest.mark.requires_gpu(nvcc=True, why="adaln=kernels JIT-builds the fused kernels")
 _COMPILE = pytest.mark.requires_gpu(triton=True, why="compile=blocks needs inductor's triton backend")
+_QUACK = (pytest.mark.requires_gpu(cc=">=9.0", why="gemm=quack runs quack's Hopper GEMMs"),
+          pytest.mark.skipif(importlib.util.find_spec("quack") is None,
+                             reason="gemm=quack needs quack-kernels, which is not installed"))
 #: DiT-XL/2 combinations in bf16, all claiming ``numerical`` (dtype=float16 is left out: the sampler runs
 #: the baseline's VAE in the transformer's dtype, so it would judge an fp16 VAE decode too)
 GPU_COMBOS = [
@@ -83,6 +87,9 @@ GPU_COMBOS = [
     _gpu("adaln=kernels,block_seam=1", _KERNELS),  # eager: its block activations are judged too
     _gpu("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1", _KERNELS,
          pytest.mark.requires_gpu(sdpa="cudnn")),
+    # the fastest set with quack's QKV and fc1 + GELU GEMMs (sm_90 or newer, quack-kernels installed)
+    _gpu("cuda_graphs=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack", _KERNELS, *_QUACK,
+         pytest.mark.requires_gpu(sdpa="cudnn")),
 ]
 
 
@@ -94,13 +101,16 @@ def assert_switches_ran(model: Any, options: FastOptions, device_type: str) -> N
     if device_type == "cuda":
         if options.adaln == "kernels":
             assert report["adaln"]["impl"] == "kernels", f"adaln=kernels did not run: {report['adaln']['reason']}"
-        if options.gelu_epilogue:
+        if options.gelu_epilogue and options.gemm == "cublas":
             assert report["gelu_epilogue"].startswith("cuBLASLt"), report["gelu_epilogue"]
+        assert report["gemm"]["impl"] == options.gemm, f"gemm={options.gemm} did not run: {report['gemm']['reason']}"
     else:  # the CUDA-only switches must say that they fell back on the CPU
         if options.adaln != "torch":
             assert report["adaln"]["impl"] == "torch" and "CUDA" in report["adaln"]["reason"]
         if options.gelu_epilogue:
             assert report["gelu_epilogue"].startswith("ignored on cpu"), report["gelu_epilogue"]
+        if options.gemm != "cublas":
+            assert report["gemm"]["impl"] == "cublas" and "CUDA" in report["gemm"]["reason"], report["gemm"]
 
 
 def hooks_run(options: FastOptions) -> bool:
