@@ -67,6 +67,25 @@ def test_fp8_round_trip_and_integer_operand_are_found(evidence) -> None:
     assert any("mm with a int64 operand" in e for e in evidence.items), evidence.items
 
 
+@pytest.mark.parametrize("where", ["in a list argument", "as a keyword argument", "as the output only"])
+def test_fp8_is_found_wherever_an_op_holds_it(evidence, where) -> None:
+    """The common-case fast path compares dtypes without collecting tensors: an fp8 tensor nested one list
+    deep (``cat``), passed by keyword, or only produced must still be seen."""
+    x = torch.randn(16, 16)
+    low = x.to(torch.float8_e4m3fn)  # made outside observation
+
+    def run():
+        if where == "in a list argument":
+            torch.cat([low, low])
+        elif where == "as a keyword argument":
+            torch.ops.aten.add.out(x, x, out=torch.empty_like(low))
+        else:
+            torch.empty_like(x, dtype=torch.float8_e5m2)
+
+    observed(evidence, run)
+    assert any("float8" in e for e in evidence.items), (where, evidence.items)
+
+
 def test_scan_finds_grid_weights_int8_attributes_and_ignores_masks(evidence, weight) -> None:
     held = Held(on_grid(weight))
     held.qweight = torch.randint(-127, 127, (256, 256), dtype=torch.int8)
