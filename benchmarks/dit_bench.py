@@ -42,6 +42,7 @@ DEFAULT_CONFIGS = (
     "cuda_graphs=1,gelu_epilogue=1,adaln=kernels",
     "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn",
     "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1",
+    "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack",
     "compile=blocks,cuda_graphs=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
