@@ -6,10 +6,10 @@
 #
 #   here, once:          benchmarks/gpu/stage_quack.sh download        (needs PyPI; writes .stage/, ignored)
 #   device call 1, 2:    carry [".stage/partK"], command: benchmarks/gpu/stage_quack.sh keep K
-#   device call 3:       carry [".stage/part3"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
-#                        benchmarks/gpu/stage_quack.sh install &&
-#                        PYTHONPATH=$Q:$Q/nvidia_cutlass_dsl/dsl_packages python3 ...   (Q=/tmp/quack/site-packages)
-#   a probe that also needs diffusers (quack_forward_probe.py): a fourth call carrying [".whl"] only
+#   device call 3:       carry [".stage/part3", ".whl"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
+#                        benchmarks/gpu/stage_quack.sh install && benchmarks/gpu/quack_session.sh
+#                        (or PYTHONPATH=$Q:$Q/nvidia_cutlass_dsl/dsl_packages python3 ..., Q=/tmp/quack/site-packages)
+#   later calls on the same warm machine (a GPU check with quack): carry [".whl"], same PYTHONPATH
 #
 # The calls must follow each other while the machine is warm (30 s): /tmp/quack-stage lives on that machine.
 set -euo pipefail
@@ -31,16 +31,23 @@ download)
         torch-c-dlpack-ext einops protobuf nvidia-matmul-heuristics "cuda-bindings>=13,<14"
     big=$(ls .stage/wheels/nvidia_cutlass_dsl_libs_cu13-*.whl)
     (cd .stage/wheels && sha256sum *.whl) > .stage/part1/SHA256SUMS
-    split -n 3 -d -a 1 "$big" .stage/big.
-    mv .stage/big.0 .stage/part1/ && mv .stage/big.1 .stage/part2/ && mv .stage/big.2 .stage/part3/
-    # part 1 is the fullest (it has the small wheels): the rest go with parts 2 and 3
     mv .stage/wheels/nvidia_matmul_heuristics-*.whl .stage/wheels/nvidia_cutlass_dsl_libs_core-*.whl \
         .stage/wheels/protobuf-*.whl .stage/part2/
     mv .stage/wheels/cuda_bindings-*.whl .stage/part3/
     find .stage/wheels -name '*.whl' ! -name "$(basename "$big")" -exec mv {} .stage/part1/ \;
     basename "$big" > .stage/part1/BIG
+    # the big wheel in three pieces that even out the parts, counting .whl/ (diffusers and the quality
+    # models' packages, about 9 MB) with part 3: the third call carries both and runs the probes
+    size() { du -cb "$@" | tail -1 | cut -f1; }
+    whl=$(size .whl 2>/dev/null || echo 9000000)
+    each=$(( ($(size .stage/part1 .stage/part2 .stage/part3 "$big") + whl) / 3 ))
+    first=$(( each - $(size .stage/part1) )) second=$(( each - $(size .stage/part2) ))
+    piece() { dd if="$big" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none; }
+    piece .stage/part1/big.0 0 "$first"
+    piece .stage/part2/big.1 "$first" "$second"
+    piece .stage/part3/big.2 $((first + second))
     rm -rf .stage/wheels
-    du -sh .stage/part*
+    du -sh .stage/part* .whl
     ;;
 keep)
     part=".stage/part${2:?which part}"
