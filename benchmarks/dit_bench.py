@@ -282,6 +282,7 @@ class Bench:
         entry = self._check_and_time(forward, timed, f"fast[{options.label()}]", mechanism, setup, before,
                                      {"mechanism_note": note, "weights_bytes": weights})
         entry["report"] = model.report()
+        entry["fell_back"] = fell_back(entry["report"])
         try:
             from torch._dynamo.utils import counters
 
@@ -397,6 +398,7 @@ def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
         lines.append(f"{r['name'][:58]:58s} {r.get('status', '?'):7s} {ms if ms is None else round(ms, 3)!s:>10s} "
                      f"{speed:>8s} {'' if err is None else f'{err:.2e}':>9s} {r.get('setup_seconds', '')!s:>8s} "
                      f"{(r.get('peak_bytes_above_weights') or 0) / 2**20:8.0f} {_rates(r)}")
+    lines += [f"  {r['name']}: {why}" for r in results for why in r.get("fell_back") or []]
     for r in results:
         if "steps" in r and r.get("status") == "ok":
             low, high = r["speedup_range"]
@@ -408,6 +410,22 @@ def table(results: list[dict[str, Any]], eager_ms: float | None) -> str:
         elif "steps" in r:
             lines.append(f"sampling: {r.get('status')} {r.get('error', '')}")
     return "\n".join(lines)
+
+
+def fell_back(report: dict[str, Any]) -> list[str]:
+    """The switches a fast case asked for and did not get (the model reports each fall-back and its reason):
+    a case labelled ``gemm=quack`` timed with cuBLAS must say so beside its time."""
+    options = report.get("options") or {}
+    out = []
+    gemm = report.get("gemm") or {}
+    if options.get("gemm") not in (None, gemm.get("impl")):
+        out.append(f"gemm={options['gemm']} ran {gemm.get('impl')}: {gemm.get('reason')}")
+    adaln = report.get("adaln") or {}
+    if options.get("adaln") == "kernels" and adaln.get("impl") != "kernels":
+        out.append(f"adaln=kernels ran {adaln.get('impl')}: {adaln.get('reason')}")
+    if (report.get("sdpa") or {}).get("fallback"):
+        out.append(f"sdpa={options.get('sdpa')} fell back on some shapes: {report['sdpa'].get('shapes')}")
+    return out
 
 
 def _rates(result: dict[str, Any]) -> str:
