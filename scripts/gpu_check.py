@@ -338,12 +338,36 @@ def environment() -> dict[str, Any]:
         info["triton"] = triton.__version__
     except ImportError:
         info["triton"] = None
+    info["packages"] = optional_packages()
     return info
+
+
+#: optional distributions whose presence changes what the check runs (diffusers: the DiT stages and the
+#: quality metrics; quack-kernels and the CuTe DSL: gemm=quack's tests, gate and dit_bench case)
+OPTIONAL_PACKAGES = ("diffusers", "quack-kernels", "nvidia-cutlass-dsl")
+
+
+def optional_packages() -> dict[str, str | None]:
+    """The installed version of each optional package (None: missing). Part of the environment, so calls
+    merged into one record must have had the same ones: a stage run without quack does not stand in for
+    one with it."""
+    from importlib import metadata
+
+    found: dict[str, str | None] = {}
+    for name in OPTIONAL_PACKAGES:
+        try:
+            found[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            found[name] = None
+    return found
 
 
 def print_table(record: dict[str, Any]) -> None:
     print(f"\n=== gpu_check on {record['environment'].get('device')} ({record['environment'].get('arch')}), "
           f"tree {record['tree_hash'][:12]}, {record['seconds']:.0f} s ===")
+    packages = record["environment"].get("packages")
+    if packages:
+        print("packages: " + ", ".join(f"{name} {version or 'missing'}" for name, version in packages.items()))
     for stage, result in record["stages"].items():
         counts = result.get("counts")
         detail = (" ".join(f"{s}={c['passed']}/{c['failed'] + c['errors']}/{c['skipped']}" for s, c in counts.items())
