@@ -26,7 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import environment, log  # noqa: E402
 
-from xl_forward import FASTEST, case_arguments, xl_case  # noqa: E402
+from dit_bench import FASTEST  # noqa: E402
+from xl_forward import case_arguments, xl_case  # noqa: E402
 
 
 def main() -> int:

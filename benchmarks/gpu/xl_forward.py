@@ -12,9 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: the switches of the fastest forward dit_bench.py has timed
-FASTEST = "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn"
-
 
 @dataclass
 class XlCase:
