@@ -39,7 +39,7 @@ download)
     # the big wheel in three pieces that even out the parts, counting .whl/ (diffusers and the quality
     # models' packages, about 9 MB) with part 3: the third call carries both and runs the probes
     size() { du -cb "$@" | tail -1 | cut -f1; }
-    whl=$(size .whl 2>/dev/null || echo 9000000)
+    whl=$(du -sb .whl 2>/dev/null | cut -f1 || true); whl=${whl:-9000000}  # .whl/ not fetched yet: its usual size
     each=$(( ($(size .stage/part1 .stage/part2 .stage/part3 "$big") + whl) / 3 ))
     first=$(( each - $(size .stage/part1) )) second=$(( each - $(size .stage/part2) ))
     piece() { dd if="$big" of="$1" bs=1M iflag=skip_bytes,count_bytes skip="$2" ${3:+count="$3"} status=none; }
@@ -47,7 +47,7 @@ download)
     piece .stage/part2/big.1 "$first" "$second"
     piece .stage/part3/big.2 $((first + second))
     rm -rf .stage/wheels
-    du -sh .stage/part* .whl
+    du -sh .stage/part* $(ls -d .whl 2>/dev/null)
     ;;
 keep)
     part=".stage/part${2:?which part}"
