@@ -6,6 +6,7 @@ rejects unknown keys and malformed specs; evaluation returns the exact list of w
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import re
@@ -149,10 +150,14 @@ class Requirements:
     gpus: int = 1
     nvcc: VersionSpec | bool = False
     triton: VersionSpec | bool = False
+    #: installed Python distributions: (name, version spec or None)
+    packages: tuple[tuple[str, VersionSpec | None], ...] = ()
     why: str | None = None
 
 
-KNOWN_KEYS = ("cc", "min_memory_gb", "bf16", "fp8", "tf32", "sdpa", "gpus", "nvcc", "triton", "why")
+KNOWN_KEYS = ("cc", "min_memory_gb", "bf16", "fp8", "tf32", "sdpa", "gpus", "nvcc", "triton", "packages", "why")
+#: a distribution name as pip writes it, then an optional version spec that starts with its operator
+_PACKAGE = re.compile(r"^\s*([A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*([<>=!].*)?$")
 
 
 def _flag(key: str, value: Any) -> bool:
@@ -171,6 +176,41 @@ def _tool(key: str, value: Any) -> VersionSpec | bool:
         raise DitgateUsageError(f"requires_gpu({key}=...) takes True, False or a version spec string like "
                                 f"'>=12.4' (or a list of them), got {value!r}")
     return parse_version_spec(value, what=f"requires_gpu({key}=...)")
+
+
+def _packages(value: Any) -> tuple[tuple[str, VersionSpec | None], ...]:
+    """``"quack-kernels"``, ``"quack-kernels>=0.6.5"`` or a list of them: distribution names (as installed by
+    pip, not import names), each with an optional version spec."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, (list, tuple)) or not items or not all(isinstance(item, str) for item in items):
+        raise DitgateUsageError(f"requires_gpu(packages=...) takes a distribution name like 'quack-kernels' or "
+                                f"'quack-kernels>=0.6.5' (or a non-empty list of them), got {value!r}")
+    parsed = []
+    for item in items:
+        match = _PACKAGE.match(item)
+        if not match:
+            raise DitgateUsageError(f"requires_gpu(packages=...): cannot parse {item!r} (examples: 'quack-kernels', "
+                                    "'quack-kernels>=0.6.5', 'triton>=3.0,<4')")
+        name, spec = match.groups()
+        parsed.append((name, parse_version_spec(spec, what=f"requires_gpu(packages={item!r})") if spec else None))
+    return tuple(parsed)
+
+
+@functools.lru_cache(maxsize=None)
+def installed_version(name: str) -> str | None:
+    """The installed version of distribution ``name``, or None (looked up once per process)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _release(version: str) -> Version:
+    """The leading release numbers of a version string: ``2.11.0+cu130`` -> (2, 11, 0), ``1.0rc1`` -> (1, 0)."""
+    match = re.match(r"\d+(?:\.\d+)*", version.strip())
+    return tuple(int(part) for part in match.group(0).split(".")) if match else (0,)
 
 
 def parse_requirements(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Requirements:
@@ -222,6 +262,8 @@ def parse_requirements(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Require
     for key in ("nvcc", "triton"):
         if key in kwargs:
             fields[key] = _tool(key, kwargs[key])
+    if "packages" in kwargs:
+        fields["packages"] = _packages(kwargs["packages"])
     if "why" in kwargs:
         if not isinstance(kwargs["why"], str) or not kwargs["why"].strip():
             raise DitgateUsageError(f"requires_gpu(why=...) takes a non-empty string, got {kwargs['why']!r}")
@@ -264,7 +306,17 @@ def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
             missing.append(tool if spec is True else f"{tool} {spec.text}")
         elif isinstance(spec, VersionSpec) and not spec.matches(parse_version(version.split("+")[0])):
             missing.append(f"{tool} {spec.text} (found {version})")
+    for name, package_spec in req.packages:
+        version = installed_version(name)
+        if version is None:
+            missing.append(f"{_package_text(name, package_spec)} (not installed)")
+        elif package_spec is not None and not package_spec.matches(_release(version)):
+            missing.append(f"{_package_text(name, package_spec)} (found {version})")
     return missing
+
+
+def _package_text(name: str, spec: VersionSpec | None) -> str:
+    return name if spec is None else f"{name}{spec.text}"
 
 
 def describe(req: Requirements) -> list[str]:
@@ -281,6 +333,7 @@ def describe(req: Requirements) -> list[str]:
     for tool, spec in (("nvcc", req.nvcc), ("triton", req.triton)):
         if spec is not False:
             stated.append(tool if spec is True else f"{tool} {spec.text}")
+    stated += [_package_text(name, spec) for name, spec in req.packages]
     return stated
 
 

@@ -20,8 +20,9 @@ if TYPE_CHECKING:
 
 MARKER_DOCS = (
     "requires_gpu(cc=None, min_memory_gb=None, bf16=False, fp8=False, tf32=False, sdpa=(), gpus=1, "
-    "nvcc=False, triton=False, why=None): run only on a device with these capabilities; bare, any CUDA GPU. "
-    "cc takes '>=8.0', '==8.6', '8.0-8.9', '>=8.0,<9.0' or a list of alternatives.",
+    "nvcc=False, triton=False, packages=(), why=None): run only on a device with these capabilities; bare, "
+    "any CUDA GPU. cc takes '>=8.0', '==8.6', '8.0-8.9', '>=8.0,<9.0' or a list of alternatives; packages "
+    "takes installed distributions like 'quack-kernels>=0.6.5'.",
     "ditgate: a gate test; skipped unless pytest runs with --ditgate.",
 )
 

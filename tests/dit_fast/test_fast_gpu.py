@@ -7,7 +7,6 @@ exactly when it is as accurate as the baseline in bf16.
 
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 
@@ -39,9 +38,7 @@ GPU_SWITCHES = [
     "dtype=float16",
 ]
 #: gemm=quack runs only where quack-kernels is installed, on sm_90 or newer; a fall-back there fails (strict)
-_QUACK = [pytest.mark.requires_gpu(cc=">=9.0", why="gemm=quack runs quack's Hopper GEMMs"),
-          pytest.mark.skipif(importlib.util.find_spec("quack") is None,
-                             reason="gemm=quack needs quack-kernels, which is not installed")]
+_QUACK = pytest.mark.requires_gpu(cc=">=9.0", packages="quack-kernels>=0.6.5", why="gemm=quack's Hopper GEMMs")
 GPU_SWITCHES += [
     pytest.param("gemm=quack", marks=_QUACK),
     pytest.param("adaln=kernels,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn,block_seam=1,gemm=quack", marks=_QUACK),

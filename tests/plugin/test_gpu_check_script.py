@@ -49,6 +49,23 @@ def test_a_merge_is_not_green_when_the_checks_do_not_belong_together(gpu_check, 
         assert any(problem in p for p in merged["problems"]), merged["problems"]
 
 
+def test_checks_with_other_optional_packages_do_not_merge(gpu_check) -> None:
+    """A stage run without quack (its gemm=quack tests skipped) must not stand in for one run with it."""
+    stages = list(gpu_check.STAGE_LIMITS)
+    with_quack = _record(tuple(stages[:3]))
+    without = _record(tuple(stages[3:]))
+    with_quack["environment"] = {**with_quack["environment"], "packages": {"quack-kernels": "0.6.5"}}
+    without["environment"] = {**without["environment"], "packages": {"quack-kernels": None}}
+    merged = gpu_check.merge_records([with_quack, without])
+    assert not merged["green"] and any("different devices or software" in p for p in merged["problems"]), merged["problems"]
+
+
+def test_the_environment_names_each_optional_package(gpu_check) -> None:
+    found = gpu_check.optional_packages()
+    assert set(found) == set(gpu_check.OPTIONAL_PACKAGES)
+    assert all(version is None or isinstance(version, str) for version in found.values())
+
+
 def test_a_merge_missing_a_stage_or_repeating_one_is_not_green(gpu_check) -> None:
     stages = list(gpu_check.STAGE_LIMITS)
     assert "no check ran: " + stages[-1] in gpu_check.merge_records([_record(tuple(stages[:-1]))])["problems"]

@@ -67,17 +67,17 @@ def test_fp8_round_trip_and_integer_operand_are_found(evidence) -> None:
     assert any("mm with a int64 operand" in e for e in evidence.items), evidence.items
 
 
-@pytest.mark.parametrize("where", ["in a list argument", "as a keyword argument", "as the output only"])
+@pytest.mark.parametrize("where", ["in a list argument", "written through out=", "as the output only"])
 def test_fp8_is_found_wherever_an_op_holds_it(evidence, where) -> None:
-    """The common-case fast path compares dtypes without collecting tensors: an fp8 tensor nested one list
-    deep (``cat``), passed by keyword, or only produced must still be seen."""
+    """An fp8 tensor nested one list deep (``cat``), passed as the ``out=`` keyword, or only produced is seen:
+    the observer reads arguments at any depth, keyword arguments and outputs."""
     x = torch.randn(16, 16)
     low = x.to(torch.float8_e4m3fn)  # made outside observation
 
     def run():
         if where == "in a list argument":
             torch.cat([low, low])
-        elif where == "as a keyword argument":
+        elif where == "written through out=":
             torch.ops.aten.add.out(x, x, out=torch.empty_like(low))
         else:
             torch.empty_like(x, dtype=torch.float8_e5m2)

@@ -28,3 +28,23 @@ def test_tool_versions_are_not_arch_digits() -> None:
 def test_bad_specs(bad) -> None:
     with pytest.raises(DitgateUsageError):
         parse_version_spec(bad, what="cc", arch=True)
+
+
+@pytest.mark.parametrize("version, release", [
+    ("2.11.0+cu130", (2, 11, 0)), ("1.0rc1", (1, 0)), ("0.6.5", (0, 6, 5)), ("2026.1.post3", (2026, 1)), ("dev", (0,)),
+])
+def test_package_release_numbers(version, release) -> None:
+    from pytest_ditgate.requirements import _release
+
+    assert _release(version) == release
+
+
+def test_package_specs_parse_names_and_versions() -> None:
+    from pytest_ditgate.requirements import parse_requirements
+
+    req = parse_requirements((), {"packages": ["quack-kernels>=0.6.5", "nvidia-cutlass-dsl", "triton>=3.0,<4"]})
+    names = [name for name, _ in req.packages]
+    assert names == ["quack-kernels", "nvidia-cutlass-dsl", "triton"]
+    assert req.packages[1][1] is None
+    assert req.packages[0][1].matches((0, 6, 5)) and not req.packages[0][1].matches((0, 6, 4))
+    assert req.packages[2][1].matches((3, 6)) and not req.packages[2][1].matches((4, 0))

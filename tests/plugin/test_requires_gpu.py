@@ -101,6 +101,11 @@ def test_compatible_device_never_skips(pytester: pytest.Pytester, use_profile) -
     ("sdpa='turbo'", "unknown backend 'turbo'"),
     ("gpus=0", "integer >= 1"),
     ("fp8='yes'", "True or False"),
+    ("packages=[]", "non-empty list"),
+    ("packages=3", "distribution name"),
+    ("packages='quack kernels'", "cannot parse 'quack kernels'"),
+    ("packages='quack-kernels>>0.6'", "cannot parse"),
+    ("packages='quack-kernels>=0.7,<0.6'", "can never hold"),
 ])
 def test_bad_markers_are_usage_errors(pytester: pytest.Pytester, kwargs: str, message: str) -> None:
     pytester.makepyfile(f"import pytest\n@pytest.mark.requires_gpu({kwargs})\ndef test_x():\n    pass\n")
@@ -149,3 +154,43 @@ def test_toolchain_requirement_follows_the_host(pytester: pytest.Pytester, use_p
     result = pytester.runpytest("--ditgate", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
     result.stdout.fnmatch_lines(["*needs nvcc >=13 (found 12.4)*"])
+
+
+def test_package_requirement_reads_what_is_installed(pytester: pytest.Pytester, use_profile) -> None:
+    """An optional package a GPU test needs (``packages=``) skips with the package named, installed or not;
+    an installed one at a matching version runs. The names are distributions (pip's), not import names."""
+    import importlib.metadata
+
+    found = importlib.metadata.version("pytest")
+    use_profile("h200")
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.requires_gpu(cc=">=9.0", packages="pytest>=1.0")
+        def test_installed():
+            pass
+        @pytest.mark.requires_gpu(packages=["pytest", "ditgate-no-such-distribution"], why="a missing kernel library")
+        def test_missing():
+            pass
+        @pytest.mark.requires_gpu(packages="pytest>=999")
+        def test_too_old():
+            pass
+    """)
+    result = pytester.runpytest("--ditgate", "-rs")
+    result.assert_outcomes(passed=1, skipped=2)
+    result.stdout.fnmatch_lines_random([
+        "SKIPPED * needs ditgate-no-such-distribution (not installed) for a missing kernel library; device is sm_90 *",
+        f"SKIPPED * needs pytest>=999 (found {found}); device is sm_90 *",
+    ])
+
+
+def test_package_requirement_on_a_cpu_names_the_package(pytester: pytest.Pytester, use_profile) -> None:
+    use_profile("cpu")
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.requires_gpu(cc=">=9.0", packages="quack-kernels>=0.6.5")
+        def test_x():
+            pass
+    """)
+    result = pytester.runpytest("--ditgate", "-rs")
+    result.assert_outcomes(skipped=1)
+    result.stdout.fnmatch_lines(["*needs a CUDA GPU with sm>=9.0, quack-kernels>=0.6.5; device is cpu*"])

@@ -13,7 +13,6 @@ The negative controls at the end prove the gate rejects a plausible wrong optimi
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
@@ -66,9 +65,7 @@ def _gpu(text: str, *marks: Any) -> Any:
 
 _KERNELS = pytest.mark.requires_gpu(nvcc=True, why="adaln=kernels JIT-builds the fused kernels")
 _COMPILE = pytest.mark.requires_gpu(triton=True, why="compile=blocks needs inductor's triton backend")
-_QUACK = (pytest.mark.requires_gpu(cc=">=9.0", why="gemm=quack runs quack's Hopper GEMMs"),
-          pytest.mark.skipif(importlib.util.find_spec("quack") is None,
-                             reason="gemm=quack needs quack-kernels, which is not installed"))
+_QUACK = pytest.mark.requires_gpu(cc=">=9.0", packages="quack-kernels>=0.6.5", why="gemm=quack's Hopper GEMMs")
 #: DiT-XL/2 combinations in bf16, all claiming ``numerical`` (dtype=float16 is left out: the sampler runs
 #: the baseline's VAE in the transformer's dtype, so it would judge an fp16 VAE decode too)
 GPU_COMBOS = [
@@ -88,7 +85,7 @@ GPU_COMBOS = [
     _gpu("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1", _KERNELS,
          pytest.mark.requires_gpu(sdpa="cudnn")),
     # the fastest set with quack's QKV and fc1 + GELU GEMMs (sm_90 or newer, quack-kernels installed)
-    _gpu("cuda_graphs=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack", _KERNELS, *_QUACK,
+    _gpu("cuda_graphs=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack", _KERNELS, _QUACK,
          pytest.mark.requires_gpu(sdpa="cudnn")),
 ]
 
