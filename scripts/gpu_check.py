@@ -351,15 +351,9 @@ def optional_packages() -> dict[str, str | None]:
     """The installed version of each optional package (None: missing). Part of the environment, so calls
     merged into one record must have had the same ones: a stage run without quack does not stand in for
     one with it."""
-    from importlib import metadata
+    from pytest_ditgate.requirements import installed_version
 
-    found: dict[str, str | None] = {}
-    for name in OPTIONAL_PACKAGES:
-        try:
-            found[name] = metadata.version(name)
-        except metadata.PackageNotFoundError:
-            found[name] = None
-    return found
+    return {name: installed_version(name) for name in OPTIONAL_PACKAGES}
 
 
 def print_table(record: dict[str, Any]) -> None:

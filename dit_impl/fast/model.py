@@ -203,23 +203,25 @@ class FastDiT(nn.Module):
     def device(self) -> torch.device:
         return self.proj_out_2.weight.device
 
+    def _fell_back(self, message: str, warn: bool = True) -> None:
+        """A chosen fast path is not running: raise under ``strict``, else warn (``warn=False``: an ``auto``
+        choice, whose fall-back is expected and silent)."""
+        if self.options.strict:
+            raise RuntimeError(message)
+        if warn:
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
+
     def prepare(self) -> "FastDiT":
         """Apply the switches that depend on where the model lives: adaLN implementation and compile."""
         compiled = self.options.compile == "blocks"
         self.adaln_impl = adaln.resolve_ops(self.options.adaln, self.device.type, compiled)
         if self.options.adaln != "torch" and self.adaln_impl.impl == "torch":
-            message = f"adaln={self.options.adaln!r} fell back to PyTorch ops: {self.adaln_impl.reason}"
-            if self.options.strict:
-                raise RuntimeError(message)
-            if self.options.adaln == "kernels":
-                warnings.warn(message, RuntimeWarning, stacklevel=2)
+            self._fell_back(f"adaln={self.options.adaln!r} fell back to PyTorch ops: {self.adaln_impl.reason}",
+                            warn=self.options.adaln == "kernels")
         self.gemms = gemms.resolve_gemms(self.options.gemm, self.device, self.dtype, compiled,
                                          self.options.fused_qkv)
         if self.options.gemm != "cublas" and self.gemms.impl == "cublas":
-            message = f"gemm={self.options.gemm!r} fell back to cuBLAS: {self.gemms.reason}"
-            if self.options.strict:
-                raise RuntimeError(message)
-            warnings.warn(message, RuntimeWarning, stacklevel=2)
+            self._fell_back(f"gemm={self.options.gemm!r} fell back to cuBLAS: {self.gemms.reason}")
         # CPU's _addmm_activation applies the erf GELU, not tanh: the epilogue is only exact on CUDA (cuBLASLt)
         epilogue = self.options.gelu_epilogue and self.device.type == "cuda"
         self.gelu_epilogue_reason = ("off" if not self.options.gelu_epilogue else
