@@ -10,11 +10,7 @@ export PYTHONUNBUFFERED=1
 SELECT=${SELECT:-"xl_candidate_forward or xl_candidate_versus or xl-ddim-10"}
 CHANGE=${CHANGE:-"s/cuda_graphs=False)/cuda_graphs=True)/"}
 XDIST_TESTS=${XDIST_TESTS:-"tests/gates/test_device_gate.py tests/gates/test_correctness_gpu.py"}
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$OUT/pip.log" 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/pip.log" 2>&1 || echo "editable install failed"
+source benchmarks/gpu/setup_env.sh "$OUT/pip.log"
 DITGATE="python3 -m pytest_ditgate"
 nvidia-smi -L 2>/dev/null | tee "$OUT/gpus.txt"
 git --version || { echo "no git on this machine"; }

@@ -7,11 +7,7 @@ set -uo pipefail
 OUT=${OUT:-/tmp/ditgate-out}; mkdir -p "$OUT/logs"
 export PYTHONUNBUFFERED=1
 STAGES=${STAGES:-"kernels bench fidelity"}
-if [ -d .whl ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$OUT/logs/pip.log" 2>&1
-  export PYTHONPATH=/tmp/site:${PYTHONPATH:-}
-fi
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/logs/pip.log" 2>&1 || echo "editable install failed"
+source benchmarks/gpu/setup_env.sh "$OUT/logs/pip.log"
 SUMMARY="$OUT/summary.txt"; : > "$SUMMARY"
 stage() {  # stage NAME SECONDS COMMAND...: run with a time limit, log, one summary line with the tail
   local name=$1 limit=$2; shift 2

@@ -3,9 +3,7 @@
 set -uo pipefail
 OUT=${OUT:-/tmp/ditgate-out}; mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl > "$OUT/pip.log" 2>&1
-export PYTHONPATH=/tmp/site:$PWD/src:$PWD
-python3 -m pip install -q --no-deps --no-build-isolation -e . >> "$OUT/pip.log" 2>&1 || echo "editable install failed (using PYTHONPATH)"
+source benchmarks/gpu/setup_env.sh "$OUT/pip.log"
 P=""; python3 -c "import importlib.metadata as m, sys; sys.exit(0 if any(e.name=='ditgate' for e in m.entry_points(group='pytest11')) else 1)" || P="-p pytest_ditgate.plugin"
 echo "plugin load: ${P:-entry point}"
 python3 -m pytest_ditgate doctor --json > "$OUT/doctor.json" 2> "$OUT/doctor.err"; echo "doctor rc=$?"

@@ -5,27 +5,31 @@
 #      GPU check's suites stage runs them too when quack is staged),
 #   2. dit_bench: the fastest seamed forward with and without gemm=quack beside diffusers compile + graph,
 #      with a phase profile of each (the issue's committed profile of the final forward),
-#   3. the judge's dispatch observer's per-op cost on the GPU host.
+#   3. with SAMPLING=1 (the default), issue 18's sampling target with the fastest set (seamed + quack): 50
+#      steps of 8 images with CFG and the VAE decode against the diffusers pipeline, 7 alternating pairs,
+#   4. the judge's dispatch observer's per-op cost on the GPU host.
 # Full logs go under $OUT; a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to a folder for the logs}"
-Q=/tmp/quack/site-packages
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-export PYTHONPATH=/tmp/site:$Q:$Q/nvidia_cutlass_dsl/dsl_packages
-python3 -m pip install -q --no-deps --no-build-isolation -e . > "$OUT/pip.log" 2>&1 || tail -5 "$OUT/pip.log"
+source benchmarks/gpu/setup_env.sh "$OUT/pip.log"
 SEAMED="cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1"
 
 tests_rc=skipped
 [ "${QUACK_TESTS:-0}" = 1 ] && { python3 -m pytest --ditgate -p no:cacheprovider -rs -q tests/dit_fast/test_fast_gpu.py \
     tests/gates/dit/test_fast_switches.py tests/dit_fast/test_fast_gemms.py -k quack > "$OUT/quack_tests.log" 2>&1; tests_rc=$?; }
-timeout 300 python3 benchmarks/dit_bench.py --out "$OUT" --reps 30 --profile \
+timeout 300 python3 benchmarks/dit_bench.py --out "$OUT/forward" --reps 30 --profile \
     --configs "$SEAMED;$SEAMED,gemm=quack" > "$OUT/dit_bench.log" 2>&1
 bench_rc=$?
+sampling_rc=skipped
+[ "${SAMPLING:-1}" = 1 ] && { timeout 240 python3 benchmarks/dit_bench.py --out "$OUT/sampling" --sampling \
+    --sampling-config "$SEAMED,gemm=quack" --no-diffusers-compile --configs "" > "$OUT/sampling.log" 2>&1
+    sampling_rc=$?; }
 timeout 60 python3 benchmarks/observer_overhead.py --device cuda --out "$OUT/observer_overhead_cuda.json" \
     > "$OUT/observer_overhead.log" 2>&1
 observer_rc=$?
 
 echo "=== quack tests (rc $tests_rc)"; tail -8 "$OUT/quack_tests.log" 2>/dev/null
 echo "=== dit_bench (rc $bench_rc)"; tail -30 "$OUT/dit_bench.log"
+echo "=== sampling (rc $sampling_rc)"; tail -6 "$OUT/sampling.log" 2>/dev/null
 echo "=== observer overhead (rc $observer_rc)"; tail -5 "$OUT/observer_overhead.log"

@@ -9,7 +9,8 @@
 #   device call 3:       carry [".stage/part3", ".whl"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
 #                        benchmarks/gpu/stage_quack.sh install && benchmarks/gpu/quack_session.sh
 #                        (or PYTHONPATH=$Q:$Q/nvidia_cutlass_dsl/dsl_packages python3 ..., Q=/tmp/quack/site-packages)
-#   later calls on the same warm machine (a GPU check with quack): carry [".whl"], same PYTHONPATH
+#   later calls on the same warm machine (a GPU check with quack): carry [".whl"] and start with
+#                        source benchmarks/gpu/setup_env.sh (it puts quack on PYTHONPATH when it is installed)
 #
 # The calls must follow each other while the machine is warm (30 s): /tmp/quack-stage lives on that machine.
 set -euo pipefail
