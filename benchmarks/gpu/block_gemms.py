@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 TOKENS, IMAGES, HIDDEN = 256, 16, 1152
 M = TOKENS * IMAGES
@@ -60,3 +60,34 @@ def write_record(path: Path | None, results: list[dict[str, Any]], **fields: Any
     from harness import environment
 
     path.write_text(json.dumps({"results": results, **fields, "environment": environment()}, indent=1, default=str))
+
+
+def quack_probe_main(description: str, cases: dict[str, Any], run_case: Callable[..., None],
+                     table: Callable[[list[dict[str, Any]], float | None], list[str]]) -> int:
+    """The command line the quack probes share: ``--cases``, ``--rounds``, ``--tuned`` (default configurations,
+    then autotuned ones) and ``--out``, the record rewritten after every case, the probe's table last."""
+    import argparse
+
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--cases", default=",".join(cases))
+    parser.add_argument("--rounds", type=int, default=100)
+    parser.add_argument("--tuned", action="store_true", help="also time quack's autotuned configurations")
+    args = parser.parse_args()
+
+    import quack
+    import torch
+
+    from harness import gemm_peak_tflops
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    peak, peak_source = gemm_peak_tflops()
+    results: list[dict[str, Any]] = []
+    for tuned in ((False, True) if args.tuned else (False,)):
+        for name in args.cases.split(","):
+            run_case(name, tuned, args.rounds, results)
+            write_record(args.out, results, quack=getattr(quack, "__version__", "?"), gemm_peak_tflops=peak,
+                         gemm_peak_source=peak_source,
+                         timer="pytest_ditgate measure_pair, interleaved rounds (graph, else events, per case)")
+    print("\n".join(table(results, peak)))
+    return 0

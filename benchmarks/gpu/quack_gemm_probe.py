@@ -22,15 +22,14 @@ with quack and cuBLAS interleaved round by round. A table is printed last.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from harness import check_result, gemm_peak_tflops, log, one_case  # noqa: E402
+from harness import check_result, log, one_case  # noqa: E402
 
-from block_gemms import ATTN_OUT, FC1, FC2, QKV, expected, of_peak, operands, tflops, write_record  # noqa: E402
+from block_gemms import ATTN_OUT, FC1, FC2, QKV, expected, of_peak, operands, quack_probe_main, tflops  # noqa: E402
 
 #: case -> (N, K, epilogue)
 CASES = {"fc1+gelu": (*FC1, "gelu"), "qkv": (*QKV, "bias"), "attn_out": (*ATTN_OUT, "bias"),
@@ -107,28 +106,7 @@ def table(results: list[dict], peak: float | None) -> list[str]:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--cases", default=",".join(CASES))
-    parser.add_argument("--rounds", type=int, default=100)
-    parser.add_argument("--tuned", action="store_true", help="also time quack's autotuned configurations")
-    args = parser.parse_args()
-
-    import torch
-
-    import quack
-
-    torch.backends.cuda.matmul.allow_tf32 = False
-    peak, peak_source = gemm_peak_tflops()
-    results: list[dict] = []
-    for tuned in ((False, True) if args.tuned else (False,)):
-        for name in args.cases.split(","):
-            run_case(name, tuned, args.rounds, results)
-            write_record(args.out, results, quack=getattr(quack, "__version__", "?"), gemm_peak_tflops=peak,
-                         gemm_peak_source=peak_source,
-                         timer="pytest_ditgate measure_pair, interleaved rounds (mechanism per case)")
-    print("\n".join(table(results, peak)))
-    return 0
+    return quack_probe_main(__doc__.splitlines()[0], CASES, run_case, table)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,10 @@
 #      with a phase profile of each (the issue's committed profile of the final forward),
 #   3. with SAMPLING=1 (the default), issue 18's sampling target with the fastest set (seamed + quack): 50
 #      steps of 8 images with CFG and the VAE decode against the diffusers pipeline, 7 alternating pairs,
-#   4. the judge's dispatch observer's per-op cost on the GPU host.
+#   4. with SEAM=1 (off by default: autotuning compiles many configurations, give it a call of its own),
+#      quack_seam_probe.py: the gated residual in a quack epilogue of attention-out
+#      and fc2 against cuBLAS + the seam kernel, default and autotuned configurations,
+#   5. the judge's dispatch observer's per-op cost on the GPU host.
 # Full logs go under $OUT; a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -25,6 +28,9 @@ sampling_rc=skipped
 [ "${SAMPLING:-1}" = 1 ] && { timeout 240 python3 benchmarks/dit_bench.py --out "$OUT/sampling" --sampling \
     --sampling-config "$SEAMED,gemm=quack" --no-diffusers-compile --configs "" > "$OUT/sampling.log" 2>&1
     sampling_rc=$?; }
+seam_rc=skipped
+[ "${SEAM:-0}" = 1 ] && { timeout 300 python3 benchmarks/gpu/quack_seam_probe.py --tuned --out "$OUT/quack_seam.json" \
+    > "$OUT/quack_seam.log" 2>&1; seam_rc=$?; }
 timeout 60 python3 benchmarks/observer_overhead.py --device cuda --out "$OUT/observer_overhead_cuda.json" \
     > "$OUT/observer_overhead.log" 2>&1
 observer_rc=$?
@@ -32,4 +38,5 @@ observer_rc=$?
 echo "=== quack tests (rc $tests_rc)"; tail -8 "$OUT/quack_tests.log" 2>/dev/null
 echo "=== dit_bench (rc $bench_rc)"; tail -30 "$OUT/dit_bench.log"
 echo "=== sampling (rc $sampling_rc)"; tail -6 "$OUT/sampling.log" 2>/dev/null
+echo "=== quack seam probe (rc $seam_rc)"; tail -8 "$OUT/quack_seam.log" 2>/dev/null
 echo "=== observer overhead (rc $observer_rc)"; tail -5 "$OUT/observer_overhead.log"
