@@ -62,6 +62,19 @@ def write_record(path: Path | None, results: list[dict[str, Any]], **fields: Any
     path.write_text(json.dumps({"results": results, **fields, "environment": environment()}, indent=1, default=str))
 
 
+def measure_graph_or_events(a_call: Callable[[], Any], b_call: Callable[[], Any], rounds: int,
+                            labels: tuple[str, str], entry: dict[str, Any]) -> Any:
+    """``measure_pair`` of two calls on the CUDA-graph timer, or on events where a DSL's launch cannot be
+    captured; a timer that failed leaves ``<mechanism>_error`` in ``entry`` (``a.mechanism`` says which ran)."""
+    from pytest_ditgate.bench.runner import measure_pair
+
+    for mechanism in ("graph", "events"):
+        try:
+            return measure_pair(a_call, b_call, mechanism=mechanism, warmup=10, rounds=rounds, labels=labels)
+        except Exception as exc:  # noqa: BLE001 - any failure of one timer means trying the next
+            entry[f"{mechanism}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    raise RuntimeError("neither the graph nor the events timer could time it")
+
 def quack_probe_main(description: str, cases: dict[str, Any], run_case: Callable[..., None],
                      table: Callable[[list[dict[str, Any]], float | None], list[str]]) -> int:
     """The command line the quack probes share: ``--cases``, ``--rounds``, ``--tuned`` (default configurations,

@@ -29,7 +29,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import check_result, log, one_case  # noqa: E402
 
-from block_gemms import ATTN_OUT, FC1, FC2, QKV, expected, of_peak, operands, quack_probe_main, tflops  # noqa: E402
+from block_gemms import (ATTN_OUT, FC1, FC2, QKV, expected, measure_graph_or_events, of_peak, operands,  # noqa: E402
+                         quack_probe_main, tflops)
 
 #: case -> (N, K, epilogue)
 CASES = {"fc1+gelu": (*FC1, "gelu"), "qkv": (*QKV, "bias"), "attn_out": (*ATTN_OUT, "bias"),
@@ -56,7 +57,6 @@ def calls(epilogue: str, a, w, bias, residual, tuned: bool):
 def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
     import torch
 
-    from pytest_ditgate.bench.runner import measure_pair
     from pytest_ditgate.quality.metrics import rel_l2
 
     n, k, epilogue = CASES[name]
@@ -74,16 +74,9 @@ def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
         entry["rel_l2"], entry["cublas_rel_l2"] = rel_l2(got, want), rel_l2(cublas_call(), want)
         check_result(entry["rel_l2"], max(4 * entry["cublas_rel_l2"], 1e-2),
                      f"float32 (cuBLAS {entry['cublas_rel_l2']:.3e})")
-        for mechanism in ("graph", "events"):  # events if the DSL's launch cannot be captured
-            try:
-                pair = measure_pair(quack_call, cublas_call, mechanism=mechanism, warmup=10, rounds=rounds,
-                                    labels=("quack", "cublas"))
-                break
-            except Exception as exc:  # noqa: BLE001
-                entry[f"{mechanism}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
-        else:
-            raise RuntimeError("neither the graph nor the events timer could time it")
-        entry.update(mechanism=mechanism, quack_ms=pair.a.median_ms, cublas_ms=pair.b.median_ms, ratio=pair.ratio,
+        pair = measure_graph_or_events(quack_call, cublas_call, rounds, ("quack", "cublas"), entry)
+        entry.update(mechanism=pair.a.mechanism, quack_ms=pair.a.median_ms, cublas_ms=pair.b.median_ms,
+                     ratio=pair.ratio,
                      ratio_interval=[pair.ci_low, pair.ci_high], quack_tflops=tflops(n, k, pair.a.median_ms),
                      cublas_tflops=tflops(n, k, pair.b.median_ms))
         log(f"[quack] {name} tuned={tuned}: {pair.describe()}")

@@ -24,13 +24,13 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from harness import check_result, log, one_case  # noqa: E402
 
-from block_gemms import (ATTN_OUT, FC2, HIDDEN, IMAGES, TOKENS, expected, of_peak, operands,  # noqa: E402
-                         quack_probe_main, tflops)
+from block_gemms import (ATTN_OUT, FC2, HIDDEN, IMAGES, TOKENS, expected, measure_graph_or_events,  # noqa: E402
+                         of_peak, operands, quack_probe_main, tflops)
 
 CASES = {"attn_out": ATTN_OUT, "fc2": FC2}
 EPS = 1e-6
@@ -46,26 +46,32 @@ def gated_epilogue() -> Any:
     return gated_residual
 
 
-#: operand layouts tried in turn, the model's own first: (name, weight broadcast over the batch with stride 0,
-#: bias broadcast with stride 0, gate a strided view of the [l, 6N] modulation as the block slices it)
-LAYOUTS = (("as the model holds them", True, True, True), ("bias and gate copied", True, False, False),
-           ("all copied", False, False, False))
+class Layout(NamedTuple):
+    """How the probe hands quack the shared operands: views without a copy (``True``) or contiguous copies."""
+
+    name: str
+    weight_view: bool  # the weight broadcast over the batch with stride 0
+    bias_view: bool  # the bias broadcast over the batch with stride 0
+    gate_view: bool  # the gate a strided chunk of the [l, 6N] modulation, as the block slices it
 
 
-def batched(a: Any, w: Any, bias: Any, residual: Any, gate: Any, layout: tuple) -> dict[str, Any]:
-    """The operands in quack's batched form: A [l, m, K], B [l, K, N], C [l, m, N], bias and gate [l, N],
-    each a view without a copy or a contiguous copy as ``layout`` says (see ``LAYOUTS``)."""
-    _, b_view, bias_view, gate_view = layout
+#: tried in turn, the model's own views first; copies only where quack refuses a view
+LAYOUTS = (Layout("as the model holds them", True, True, True), Layout("bias and gate copied", True, False, False),
+           Layout("all copied", False, False, False))
+
+
+def batched(a: Any, w: Any, bias: Any, residual: Any, gate: Any, layout: Layout) -> dict[str, Any]:
+    """The operands in quack's batched form: A [l, m, K], B [l, K, N], C [l, m, N], bias and gate [l, N]."""
     k, n = a.shape[-1], w.shape[0]
     b = w.t().unsqueeze(0).expand(IMAGES, k, n)
     rows = bias.expand(IMAGES, n)
-    if gate_view:  # the block's gate is one of six chunks of the modulation row, stride 6N
+    if layout.gate_view:  # the block's gate is one of six chunks of the modulation row, stride 6N
         modulation = gate.new_zeros(IMAGES, 6 * n)
         modulation[:, 2 * n:3 * n] = gate
         gate = modulation.chunk(6, dim=1)[2]
-    return {"A": a.view(IMAGES, TOKENS, k), "B": b if b_view else b.contiguous(),
-            "C": residual.view(IMAGES, TOKENS, n), "bias": rows if bias_view else rows.contiguous(),
-            "gate": gate if gate_view else gate.contiguous()}
+    return {"A": a.view(IMAGES, TOKENS, k), "B": b if layout.weight_view else b.contiguous(),
+            "C": residual.view(IMAGES, TOKENS, n), "bias": rows if layout.bias_view else rows.contiguous(),
+            "gate": gate if layout.gate_view else gate.contiguous()}
 
 
 def calls(ops: dict[str, Any], q: dict[str, Any], scale: Any, shift: Any, tuned: bool) -> dict[str, Any]:
@@ -95,22 +101,10 @@ def calls(ops: dict[str, Any], q: dict[str, Any], scale: Any, shift: Any, tuned:
             "cublas_seam": cublas_seam}
 
 
-def timed(a_call, b_call, rounds: int, labels: tuple[str, str]) -> Any:
-    """``measure_pair`` on the CUDA-graph timer, or on events where the DSL's launch cannot be captured."""
-    from pytest_ditgate.bench.runner import measure_pair
-
-    errors = []
-    for mechanism in ("graph", "events"):
-        try:
-            return measure_pair(a_call, b_call, mechanism=mechanism, warmup=10, rounds=rounds, labels=labels)
-        except Exception as exc:  # noqa: BLE001
-            errors.append(f"{mechanism}: {type(exc).__name__}: {str(exc)[:200]}")
-    raise RuntimeError("neither timer could time it: " + "; ".join(errors))
-
-
 def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
     import torch
 
+    from kernels.reference import layernorm_modulate_ref
     from pytest_ditgate.quality.metrics import rel_l2
 
     n, k = CASES[name]
@@ -121,27 +115,22 @@ def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
         g = torch.Generator(device="cuda").manual_seed(100 + len(results))
         scale, shift = (torch.randn(IMAGES, HIDDEN, device="cuda", generator=g).mul(0.1).bfloat16() for _ in "ss")
         want_x = expected("gated", **ops).view(IMAGES, TOKENS, n)
-        # the float32 LayerNorm + modulate of the float32 x_new: the seam's second output
-        want_h = torch.nn.functional.layer_norm(want_x, (n,), eps=EPS) * (1 + scale.float()[:, None]) \
-            + shift.float()[:, None]
-        fns = None
-        for layout in LAYOUTS:  # the model's views first; copies where quack refuses a view
+        want_h = layernorm_modulate_ref(want_x, scale.float(), shift.float(), EPS)  # of the float32 x_new
+        for layout in LAYOUTS:
             try:
-                q = batched(**ops, layout=layout)
-                fns = calls(ops, q, scale, shift, tuned)
+                fns = calls(ops, batched(**ops, layout=layout), scale, shift, tuned)
                 start = time.perf_counter()
                 got = fns["quack_gemm"]()
                 torch.cuda.synchronize()
                 entry["first_call_s"] = round(time.perf_counter() - start, 2)
-                entry["layout"] = layout[0]
+                entry["layout"] = layout.name
                 break
-            except Exception as exc:  # noqa: BLE001
-                entry.setdefault("refused", {})[layout[0]] = f"{type(exc).__name__}: {str(exc)[:300]}"
-                fns = None
-        if fns is None:
+            except Exception as exc:  # noqa: BLE001 - a refused view means trying the next layout
+                entry.setdefault("refused", {})[layout.name] = f"{type(exc).__name__}: {str(exc)[:300]}"
+        else:
             raise RuntimeError(f"quack refused the gated epilogue in every layout: {entry['refused']}")
         cublas_x, cublas_h = fns["cublas_seam"]()
-        quack_x, quack_h = fns["quack_seam"]()
+        _, quack_h = fns["quack_seam"]()
         entry.update(rel_l2_x=rel_l2(got, want_x), cublas_rel_l2_x=rel_l2(cublas_x, want_x),
                      rel_l2_h=rel_l2(quack_h, want_h), cublas_rel_l2_h=rel_l2(cublas_h, want_h))
         check_result(entry["rel_l2_x"], max(4 * entry["cublas_rel_l2_x"], 1e-2),
@@ -149,14 +138,19 @@ def run_case(name: str, tuned: bool, rounds: int, results: list[dict]) -> None:
         check_result(entry["rel_l2_h"], max(4 * entry["cublas_rel_l2_h"], 1e-2),
                      f"float32 h (cuBLAS + seam kernel {entry['cublas_rel_l2_h']:.3e})")
         for part in ("gemm", "seam"):
-            pair = timed(fns[f"quack_{part}"], fns[f"cublas_{part}"], rounds, (f"quack {part}", f"cuBLAS {part}"))
-            entry[part] = {"mechanism": pair.a.mechanism,
-                           "quack_ms": pair.a.median_ms, "cublas_ms": pair.b.median_ms, "ratio": pair.ratio,
-                           "ratio_interval": [pair.ci_low, pair.ci_high],
-                           "delta_ms": pair.a.median_ms - pair.b.median_ms}
+            pair = measure_graph_or_events(fns[f"quack_{part}"], fns[f"cublas_{part}"], rounds,
+                                          (f"quack {part}", f"cuBLAS {part}"), entry.setdefault(part, {}))
+            entry[part].update(mechanism=pair.a.mechanism, quack_ms=pair.a.median_ms, cublas_ms=pair.b.median_ms,
+                               ratio=pair.ratio, ratio_interval=[pair.ci_low, pair.ci_high],
+                               delta_ms=pair.a.median_ms - pair.b.median_ms)
             log(f"[seam] {name} tuned={tuned} {part}: {pair.describe()}")
         entry["quack_tflops"] = tflops(n, k, entry["gemm"]["quack_ms"])
         entry["cublas_tflops"] = tflops(n, k, entry["gemm"]["cublas_ms"])
+
+
+def _timed(entry: dict) -> bool:
+    """Whether both of a case's pairs were timed (a failed case keeps its errors instead)."""
+    return all("delta_ms" in entry.get(part, {}) for part in ("gemm", "seam"))
 
 
 def table(results: list[dict], peak: float | None) -> list[str]:
@@ -165,7 +159,7 @@ def table(results: list[dict], peak: float | None) -> list[str]:
              f"{'seam quack/cuBLAS ms':>21} {'ratio':>6} {'95% interval':>13} {'rel-L2 x/h':>17}  layout"]
     for e in results:
         head = f"{e['case']:<9} {str(e['tuned']):<5}"
-        if "seam" not in e:
+        if not _timed(e):
             lines.append(f"{head} {e.get('error', 'not run')[:110]}")
             continue
         gm, sm = e["gemm"], e["seam"]
@@ -175,7 +169,7 @@ def table(results: list[dict], peak: float | None) -> list[str]:
                      f"{sm['ratio']:>6.3f} {f'{low:.3f}-{high:.3f}':>13} "
                      f"{e['rel_l2_x']:.1e}/{e['rel_l2_h']:.1e}  {e['layout']}")
     for tuned in (False, True):
-        rows = {e["case"]: e for e in results if e["tuned"] == tuned and "seam" in e}
+        rows = {e["case"]: e for e in results if e["tuned"] == tuned and _timed(e)}
         if set(rows) == set(CASES):
             delta = 28 * sum(rows[c]["seam"]["delta_ms"] for c in CASES)
             lines.append(f"tuned={tuned}: the forward (28 blocks) would change by {delta:+.3f} ms")
