@@ -351,9 +351,9 @@ def optional_packages() -> dict[str, str | None]:
     """The installed version of each optional package (None: missing). Part of the environment, so calls
     merged into one record must have had the same ones: a stage run without quack does not stand in for
     one with it."""
-    from pytest_ditgate.requirements import installed_version
+    from pytest_ditgate.toolchain import package_version
 
-    return {name: installed_version(name) for name in OPTIONAL_PACKAGES}
+    return {name: package_version(name) for name in OPTIONAL_PACKAGES}
 
 
 def print_table(record: dict[str, Any]) -> None:
