@@ -6,7 +6,6 @@ rejects unknown keys and malformed specs; evaluation returns the exact list of w
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import re
@@ -196,17 +195,6 @@ def _packages(value: Any) -> tuple[tuple[str, VersionSpec | None], ...]:
     return tuple(parsed)
 
 
-@functools.lru_cache(maxsize=None)
-def installed_version(name: str) -> str | None:
-    """The installed version of distribution ``name``, or None (looked up once per process)."""
-    from importlib import metadata
-
-    try:
-        return metadata.version(name)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def _release(version: str) -> Version:
     """The leading release numbers of a version string: ``2.11.0+cu130`` -> (2, 11, 0), ``1.0rc1`` -> (1, 0)."""
     match = re.match(r"\d+(?:\.\d+)*", version.strip())
@@ -304,10 +292,12 @@ def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
         version = getattr(device, tool)
         if version is None:
             missing.append(tool if spec is True else f"{tool} {spec.text}")
-        elif isinstance(spec, VersionSpec) and not spec.matches(parse_version(version.split("+")[0])):
+        elif isinstance(spec, VersionSpec) and not spec.matches(_release(version)):
             missing.append(f"{tool} {spec.text} (found {version})")
+    from pytest_ditgate.toolchain import package_version
+
     for name, package_spec in req.packages:
-        version = installed_version(name)
+        version = package_version(name)
         if version is None:
             missing.append(f"{_package_text(name, package_spec)} (not installed)")
         elif package_spec is not None and not package_spec.matches(_release(version)):

@@ -45,6 +45,18 @@ GPU_SWITCHES += [
 ]
 
 
+def _dynamo_counts() -> dict[str, int]:
+    """Frames and graphs dynamo has compiled in this process, and the graph breaks it met."""
+    from torch._dynamo.utils import counters
+
+    return {"frames": counters["frames"]["ok"], "graphs": counters["stats"]["unique_graphs"],
+            "graph breaks": sum(counters["graph_break"].values())}
+
+
+def _dynamo_delta(before: dict[str, int], after: dict[str, int]) -> str:
+    return ", ".join(f"{after[key] - before[key]} {key}" for key in before)
+
+
 @pytest.fixture(scope="module")
 def xl_blocks():
     from diffusers import DiTTransformer2DModel
@@ -77,13 +89,21 @@ def test_switch_matches_diffusers_within_bf16_error(switches, xl_blocks) -> None
     if options.adaln == "kernels" or options.gemm == "quack":  # a fall-back fails, never skips
         options = options.replace(strict=True)
     model = fast_transformer(ref, options)
+    compiled = [_dynamo_counts()]
     with torch.inference_mode():
         first = model(x.to(model.dtype), timestep=t, class_labels=y).sample
+        compiled.append(_dynamo_counts())
         out = model(x.to(model.dtype), timestep=t, class_labels=y).sample
+        compiled.append(_dynamo_counts())
     assert out.dtype == options.torch_dtype
     error = rel_l2(out, expected)
     assert error < max(2 * baseline_error, 2e-3), f"{switches}: rel-L2 {error:.2e} vs diffusers bf16 {baseline_error:.2e}"
-    assert rel_l2(first, out) < 1e-6  # replay/compile give the same answer twice
+    # replay/compile give the same answer twice; if not, say whether the second call compiled anything new
+    # (seen once with compile=blocks,block_seam=1 on the H200, rel-L2 3e-3, not reproduced since)
+    twice = rel_l2(first, out)
+    assert twice < 1e-6, (f"{switches}: the second call differs from the first by rel-L2 {twice:.2e}; dynamo "
+                          f"compiled {_dynamo_delta(compiled[0], compiled[1])} in the first call and "
+                          f"{_dynamo_delta(compiled[1], compiled[2])} in the second")
     report = model.report()
     if options.adaln == "kernels":
         assert report["adaln"]["impl"] == "kernels", report["adaln"]

@@ -14,8 +14,14 @@ import atexit, pathlib, sys, threading, time
 HERE = pathlib.Path(__file__).parent
 
 
+SESSION_OVER = threading.Event()
+
+
 def linger():  # a normal interpreter shutdown waits for this thread before anything else
-    time.sleep(4.0)
+    # timed from the session's end, not the process's start: a child slowed by a loaded machine still
+    # leaves long before this, unless it waits for the thread
+    SESSION_OVER.wait()
+    time.sleep(10.0)
     (HERE / "torn_down").write_text("yes")
 
 
@@ -25,6 +31,7 @@ atexit.register(lambda: (HERE / "exit_handler").write_text("ran"))
 
 def pytest_unconfigure(config):
     sys.stdout.write("LAST WORDS OF THE SESSION")  # no newline: sits in the buffer of a piped stdout
+    SESSION_OVER.set()
 '''
 
 TESTS = '''

@@ -156,6 +156,28 @@ def test_toolchain_requirement_follows_the_host(pytester: pytest.Pytester, use_p
     result.stdout.fnmatch_lines(["*needs nvcc >=13 (found 12.4)*"])
 
 
+def test_a_development_toolchain_version_is_compared_not_rejected(pytester: pytest.Pytester, use_profile,
+                                                                  monkeypatch) -> None:
+    """A nightly triton (``3.4.0.dev20250601+git1a2b``) on the host is read by its release numbers: the marker
+    is judged, not turned into a usage error of a correct test."""
+    from pytest_ditgate import toolchain
+
+    use_profile("h200")
+    monkeypatch.setattr(toolchain, "triton_version", lambda: "3.4.0.dev20250601+git1a2b")
+    pytester.makepyfile("""
+        import pytest
+        @pytest.mark.requires_gpu(triton=">=3.0")
+        def test_new():
+            pass
+        @pytest.mark.requires_gpu(triton=">=3.5")
+        def test_newer():
+            pass
+    """)
+    result = pytester.runpytest("--ditgate", "-rs")
+    result.assert_outcomes(passed=1, skipped=1)
+    result.stdout.fnmatch_lines(["*needs triton >=3.5 (found 3.4.0.dev20250601+git1a2b)*"])
+
+
 def test_package_requirement_reads_what_is_installed(pytester: pytest.Pytester, use_profile) -> None:
     """An optional package a GPU test needs (``packages=``) skips with the package named, installed or not;
     an installed one at a matching version runs. The names are distributions (pip's), not import names."""
