@@ -11,10 +11,14 @@
 #      quack_seam_probe.py: the gated residual in a quack epilogue of attention-out
 #      and fc2 against cuBLAS + the seam kernel, default and autotuned configurations,
 #   5. the judge's dispatch observer's per-op cost on the GPU host.
-# Full logs go under $OUT; a short table is printed last.
+# Full logs and results go to one archive, $OUT/quack_session.tgz (at most 8 files come back from a device
+# call: the profiles alone are more); a short table is printed last.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 : "${OUT:?set OUT to a folder for the logs}"
+FINAL_OUT=$OUT
+OUT=$(mktemp -d /tmp/quack_session.XXXX)
+trap 'tar czf "$FINAL_OUT/quack_session.tgz" -C "$OUT" .' EXIT
 source benchmarks/gpu/setup_env.sh "$OUT/pip.log"
 SEAMED="cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1"
 
