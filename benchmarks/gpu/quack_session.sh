@@ -11,6 +11,7 @@
 #      quack_seam_probe.py: the gated residual in a quack epilogue of attention-out
 #      and fc2 against cuBLAS + the seam kernel, default and autotuned configurations,
 #   5. the judge's dispatch observer's per-op cost on the GPU host.
+# FORWARD_CONFIGS (";"-separated) and SAMPLING_CONFIG replace the forward cases and the sampling set.
 # Full logs and results go to one archive, $OUT/quack_session.tgz (at most 8 files come back from a device
 # call: the profiles alone are more); a short table is printed last.
 set -uo pipefail
@@ -26,11 +27,11 @@ tests_rc=skipped
 [ "${QUACK_TESTS:-0}" = 1 ] && { python3 -m pytest --ditgate -p no:cacheprovider -rs -q tests/dit_fast/test_fast_gpu.py \
     tests/gates/dit/test_fast_switches.py tests/dit_fast/test_fast_gemms.py -k quack > "$OUT/quack_tests.log" 2>&1; tests_rc=$?; }
 timeout 300 python3 benchmarks/dit_bench.py --out "$OUT/forward" --reps 30 --profile \
-    --configs "$SEAMED;$SEAMED,gemm=quack" > "$OUT/dit_bench.log" 2>&1
+    --configs "${FORWARD_CONFIGS:-$SEAMED;$SEAMED,gemm=quack}" > "$OUT/dit_bench.log" 2>&1
 bench_rc=$?
 sampling_rc=skipped
 [ "${SAMPLING:-1}" = 1 ] && { timeout 240 python3 benchmarks/dit_bench.py --out "$OUT/sampling" --sampling \
-    --sampling-config "$SEAMED,gemm=quack" --no-diffusers-compile --configs "" > "$OUT/sampling.log" 2>&1
+    --sampling-config "${SAMPLING_CONFIG:-$SEAMED,gemm=quack}" --no-diffusers-compile --configs "" > "$OUT/sampling.log" 2>&1
     sampling_rc=$?; }
 seam_rc=skipped
 [ "${SEAM:-0}" = 1 ] && { timeout 300 python3 benchmarks/gpu/quack_seam_probe.py --tuned --out "$OUT/quack_seam.json" \
