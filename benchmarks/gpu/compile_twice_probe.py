@@ -14,10 +14,13 @@ Triton cache folder, first cold (empty) and then warm (the same folder again), a
 - records every Triton autotuning inductor ran (kernel, number of candidate configurations, the winner) with
   the call and block it ran in, and dynamo's frames and graphs per call.
 
-    python3 benchmarks/gpu/compile_twice_probe.py --out compile_twice.json [--trials 3] [--control 1]
+    python3 benchmarks/gpu/compile_twice_probe.py --out compile_twice.json [--trials 2] [--control 1]
 
-``--control`` adds cold runs of ``compile=blocks`` without the seam (it never failed). A table is printed
-last; the JSON holds every comparison.
+``--control`` adds cold runs of ``compile=blocks`` without the seam (it never failed). The JSON is rewritten
+after every process (a device call cut off at its limit keeps what ran), and the table is printed last;
+``--budget-s`` starts no process that could not finish inside it. It also says whether an output kept
+un-cloned from one call was changed by a later call (the test keeps its first output that way), and, for the
+first block that differs, whether its inputs already differed.
 """
 
 from __future__ import annotations
@@ -55,11 +58,13 @@ class Recorder:
         self.call = 0
         self.block: int | None = None
         self.outputs: list[list[tuple[Any, ...]]] = []
+        self.inputs: list[list[tuple[Any, ...]]] = []
         self.autotunes: list[dict[str, Any]] = []
 
     def start_call(self) -> None:
         self.call += 1
         self.outputs.append([])
+        self.inputs.append([])
 
 
 def wrap_blocks(model: Any, recorder: Recorder) -> None:
@@ -72,6 +77,8 @@ def wrap_blocks(model: Any, recorder: Recorder) -> None:
             self.inner, self.index = inner, index
 
         def forward(self, *args: Any, **kwargs: Any) -> Any:
+            given = [args[0], kwargs.get("h")]  # the residual stream and, seamed, the normalised input
+            recorder.inputs[-1].append(tuple(t.detach().clone() for t in given if t is not None))
             recorder.block = self.index
             out = self.inner(*args, **kwargs)
             recorder.block = None
@@ -116,18 +123,35 @@ def dynamo_counts() -> dict[str, int]:
             "graph_breaks": sum(counters["graph_break"].values())}
 
 
-def first_difference(a: list[tuple[Any, ...]], b: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, Any]:
-    """The first block and tensor whose outputs differ bit for bit between two calls, with its rel-L2."""
+def same_bits(x: Any, y: Any) -> bool:
+    """Bit for bit (NaNs with the same bits are equal, -0 and +0 are not), not ``==``."""
     import torch
 
+    return x.shape == y.shape and x.dtype == y.dtype and torch.equal(
+        x.contiguous().view(torch.uint8), y.contiguous().view(torch.uint8))
+
+
+def first_difference(recorder: Recorder, a: int, b: int, names: tuple[str, ...]) -> dict[str, Any]:
+    """The first block and tensor whose outputs differ bit for bit between calls ``a`` and ``b`` (0-based),
+    with its rel-L2, and whether that block's inputs were already different."""
     from pytest_ditgate.quality.metrics import rel_l2
 
-    for index, (left, right) in enumerate(zip(a, b)):
+    for index, (left, right) in enumerate(zip(recorder.outputs[a], recorder.outputs[b])):
         for name, x, y in zip(names, left, right):
-            if not torch.equal(x, y):
+            if not same_bits(x, y):
+                inputs = zip(recorder.inputs[a][index], recorder.inputs[b][index])
                 return {"block": index, "tensor": name, "rel_l2": rel_l2(y, x),
-                        "max_abs": float((x.float() - y.float()).abs().max())}
+                        "max_abs": float((x.float() - y.float()).abs().max()),
+                        "inputs_equal": all(same_bits(u, v) for u, v in inputs)}
     return {"block": None}
+
+
+def strict(text: str) -> Any:
+    """The test's options for a switch set: a fall-back of a GPU switch fails, never runs silently."""
+    from dit_impl.fast import FastOptions
+
+    options = FastOptions.parse(text)
+    return options.replace(strict=True) if options.adaln == "kernels" or options.gemm != "cublas" else options
 
 
 def child(switches: str, device: str) -> dict[str, Any]:
@@ -135,7 +159,7 @@ def child(switches: str, device: str) -> dict[str, Any]:
     from diffusers import DiTTransformer2DModel
 
     from dit_impl.baseline.weights import init_random_
-    from dit_impl.fast import FastOptions, fast_transformer
+    from dit_impl.fast import fast_transformer
     from pytest_ditgate.quality.metrics import rel_l2
 
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -153,40 +177,49 @@ def child(switches: str, device: str) -> dict[str, Any]:
         ref_bf16 = type(ref)(**ref.config).to(device, torch.bfloat16).eval()
         ref_bf16.load_state_dict(ref.state_dict())
         baseline = rel_l2(ref_bf16(x.bfloat16(), timestep=t, class_labels=y).sample, expected)
-        for before in BEFORE if device == "cuda" else ():  # the test module's earlier cases, uncompiled
-            model = fast_transformer(ref, FastOptions.parse(before))
+    before_reports = []
+    for before in BEFORE if device == "cuda" else ():  # the test module's earlier cases, built as it builds them
+        model = fast_transformer(ref, strict(before))
+        with torch.inference_mode():
             model(x.to(model.dtype), timestep=t, class_labels=y)
-            del model
+        before_reports.append(model.report())
+        del model
 
     recorder = Recorder()
     watching = watch_autotuning(recorder)
-    model = fast_transformer(ref, FastOptions.parse(switches))
+    model = fast_transformer(ref, strict(switches))
     wrap_blocks(model, recorder)
-    outputs, counts, seconds = [], [dynamo_counts()], []
+    kept, outputs, counts, seconds = [], [], [dynamo_counts()], []
     with torch.inference_mode():
         for _ in range(CALLS):
             recorder.start_call()
             start = time.perf_counter()
-            outputs.append(model(x.to(model.dtype), timestep=t, class_labels=y).sample.clone())
+            out = model(x.to(model.dtype), timestep=t, class_labels=y).sample
+            kept.append(out)  # un-cloned, as the test keeps its first output through the second call
+            outputs.append(out.clone())
             if device == "cuda":
                 torch.cuda.synchronize()
             seconds.append(round(time.perf_counter() - start, 2))
             counts.append(dynamo_counts())
     names = ("x", "h") if "block_seam=1" in switches else ("x",)
     return {
-        "switches": switches, "autotuning": watching, "seconds": seconds,
+        "switches": switches, "autotuning": watching, "seconds": seconds, "before": before_reports,
+        "report": model.report(),
         "dynamo_per_call": [{k: after[k] - before[k] for k in before} for before, after in zip(counts, counts[1:])],
         "baseline_bf16_rel_l2": baseline, "bound": max(2 * baseline, 2e-3),
         "rel_l2_vs_float32": [rel_l2(out, expected) for out in outputs],
-        "calls_1_2": {**first_difference(recorder.outputs[0], recorder.outputs[1], names),
-                      "output_rel_l2": rel_l2(outputs[1], outputs[0])},
-        "calls_2_3": {**first_difference(recorder.outputs[1], recorder.outputs[2], names),
-                      "output_rel_l2": rel_l2(outputs[2], outputs[1])},
+        "changed_after_its_call": [not same_bits(a, b) for a, b in zip(kept, outputs)],
+        "calls_1_2": {**first_difference(recorder, 0, 1, names), "output_rel_l2": rel_l2(outputs[1], outputs[0])},
+        "calls_2_3": {**first_difference(recorder, 1, 2, names), "output_rel_l2": rel_l2(outputs[2], outputs[1])},
         "autotunes": recorder.autotunes,
     }
 
 
 # ---------------------------------------------------------------------------------------------- parent
+
+
+#: marks the child's result line on stdout (a library may print lines of its own)
+RESULT = "@@compile_twice_result@@ "
 
 
 def run_child(switches: str, cache: Path, timeout: float, device: str) -> dict[str, Any]:
@@ -195,67 +228,97 @@ def run_child(switches: str, cache: Path, timeout: float, device: str) -> dict[s
     command = [sys.executable, __file__, "--child", switches, "--device", device]
     try:
         done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"switches": switches, "error": f"timed out after {timeout:.0f} s"}
+    except subprocess.TimeoutExpired as exc:
+        tail = (exc.stderr or b"")[-600:]
+        tail = tail.decode("utf-8", "replace") if isinstance(tail, bytes) else tail
+        return {"switches": switches, "error": f"timed out after {timeout:.0f} s: {tail.strip()}"}
     for line in reversed(done.stdout.splitlines()):
-        if line.startswith("{"):
-            return json.loads(line)
+        if line.startswith(RESULT):
+            try:
+                return {**json.loads(line[len(RESULT):]), "returncode": done.returncode}
+            except json.JSONDecodeError as exc:
+                return {"switches": switches, "error": f"unreadable result ({exc}): {line[:300]}"}
     return {"switches": switches, "error": f"exit {done.returncode}: {done.stderr.strip()[-600:]}"}
 
 
 def describe(diff: dict[str, Any]) -> str:
+    """One comparison of two calls: the first block that differs (and whether its inputs did), the output's."""
     if "block" not in diff:
         return "-"
+    out = f"out {diff['output_rel_l2']:.1e}"
     if diff["block"] is None:
-        return "identical"
-    return f"block {diff['block']} {diff['tensor']} {diff['rel_l2']:.1e} (out {diff['output_rel_l2']:.1e})"
+        return f"blocks identical, {out}"
+    inputs = "inputs equal" if diff.get("inputs_equal") else "inputs differ"
+    return f"block {diff['block']} {diff['tensor']} {diff['rel_l2']:.1e} ({inputs}), {out}"
 
 
 def table(runs: list[dict[str, Any]]) -> list[str]:
-    lines = [f"{'switches':<28} {'cache':<5} {'calls 1 vs 2':<36} {'calls 2 vs 3':<24} "
-             f"{'rel-L2 vs fp32 (call 1/2/3)':<30} {'bound':>8}  autotuned in call 1 / 2"]
+    lines = [f"{'switches':<28} {'cache':<11} {'calls 1 vs 2':<52} {'calls 2 vs 3':<40} "
+             f"{'rel-L2 vs fp32 (call 1/2/3)':<30} {'bound':>8}  changed later  frames/call  autotuned/call"]
     for run in runs:
-        head = f"{run['switches']:<28} {run['cache']:<5}"
+        head = f"{run['switches']:<28} {run['cache']:<11}"
         if "error" in run:
-            lines.append(f"{head} {run['error'][:150]}")
+            lines.append(f"{head} {run['error'][:200]}")
             continue
         errors = "/".join(f"{e:.2e}" for e in run["rel_l2_vs_float32"])
-        tuned = [sum(1 for a in run["autotunes"] if a["call"] == c) for c in (1, 2)]
-        lines.append(f"{head} {describe(run['calls_1_2']):<36} {describe(run['calls_2_3']):<24} {errors:<30} "
-                     f"{run['bound']:>8.2e}  {tuned[0]} / {tuned[1]}")
+        changed = "/".join("yes" if c else "no" for c in run["changed_after_its_call"])
+        frames = "/".join(str(d["frames"]) for d in run["dynamo_per_call"])
+        tuned = ("n/a" if run["autotuning"] != "watched" else
+                 "/".join(str(sum(1 for a in run["autotunes"] if a["call"] == c)) for c in range(1, CALLS + 1)))
+        lines.append(f"{head} {describe(run['calls_1_2']):<52} {describe(run['calls_2_3']):<40} {errors:<30} "
+                     f"{run['bound']:>8.2e}  {changed:<13}  {frames:<11}  {tuned}")
     return lines
+
+
+def write(out: Path | None, runs: list[dict[str, Any]], env: dict[str, Any]) -> None:
+    """The record so far (rewritten after every process: a call cut off at its limit keeps what ran)."""
+    if out is None:
+        return
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"benchmark": "compile_twice_probe", "environment": env, "config": CONFIG,
+                               "before": BEFORE, "runs": runs, "table": table(runs)}, indent=1))
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", metavar="SWITCHES", help=argparse.SUPPRESS)
     parser.add_argument("--out", type=Path, help="JSON file for every run")
-    parser.add_argument("--trials", type=int, default=3, help="cold-then-warm pairs of the seamed case")
+    parser.add_argument("--trials", type=int, default=2, help="cold-then-warm pairs of the seamed case")
     parser.add_argument("--control", type=int, default=1, help="cold runs of compile=blocks without the seam")
     parser.add_argument("--timeout", type=float, default=240.0, help="seconds for one process")
+    parser.add_argument("--budget-s", type=float, default=540.0,
+                        help="start no process that could not finish (its timeout) inside this many seconds")
     parser.add_argument("--device", default="cuda", help="cuda (the flake's home); cpu only checks the probe runs")
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.child, args.device)), flush=True)
+        print(RESULT + json.dumps(child(args.child, args.device)), flush=True)
         return 0
 
+    try:
+        env = environment()
+    except Exception as exc:  # noqa: BLE001 - the provenance must not cost the runs
+        env = {"error": f"{type(exc).__name__}: {exc}"}
+    started = time.perf_counter()
     runs: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="compile_twice_") as scratch:
         plan = [(SEAMED, f"trial{i}", cache) for i in range(args.trials) for cache in ("cold", "warm")]
         plan += [(CONTROL, f"control{i}", "cold") for i in range(args.control)]
+        failed: set[str] = set()
         for switches, folder, cache in plan:
-            log(f"[compile_twice] {switches}, {cache} cache ({folder}) ...")
+            if time.perf_counter() - started + args.timeout > args.budget_s:
+                runs.append({"switches": switches, "cache": cache, "error": "not run: the budget would not hold it"})
+                continue
+            label = "warm*" if cache == "warm" and folder in failed else cache  # * its cold run failed
+            log(f"[compile_twice] {switches}, {label} cache ({folder}) ...")
             run = run_child(switches, Path(scratch) / folder, args.timeout, args.device)
-            run["cache"] = cache
+            run["cache"] = label
+            if "error" in run:
+                failed.add(folder)
             runs.append(run)
+            write(args.out, runs, env)
             log(f"[compile_twice]   -> {table([run])[1]}")
-    lines = table(runs)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps({"benchmark": "compile_twice_probe", "environment": environment(),
-                                        "config": CONFIG, "before": BEFORE, "runs": runs, "table": lines},
-                                       indent=1))
-    print("\n".join(lines))
+    write(args.out, runs, env)
+    print("\n".join(table(runs)))
     return 0
 
 
