@@ -75,6 +75,7 @@ def measure_graph_or_events(a_call: Callable[[], Any], b_call: Callable[[], Any]
             entry[f"{mechanism}_error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
     raise RuntimeError("neither the graph nor the events timer could time it")
 
+
 def quack_probe_main(description: str, cases: dict[str, Any], run_case: Callable[..., None],
                      table: Callable[[list[dict[str, Any]], float | None], list[str]]) -> int:
     """The command line the quack probes share: ``--cases``, ``--rounds``, ``--tuned`` (default configurations,
