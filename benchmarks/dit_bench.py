@@ -43,6 +43,7 @@ DEFAULT_CONFIGS = (
     "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn",
     "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1",
     "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack",
+    "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack_fc1",
     "compile=blocks,cuda_graphs=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
@@ -191,7 +192,8 @@ class Bench:
         torch.cuda.reset_peak_memory_stats()
 
     def _check_and_time(self, forward: Callable[[], Any], timed: Callable[[], Any], label: str,
-                        mechanism: str, setup_seconds: float, before: int, extra: dict[str, Any]) -> dict[str, Any]:
+                        mechanism: str, setup_seconds: float, before: int, extra: dict[str, Any],
+                        eager: Callable[[], Any] | None = None) -> dict[str, Any]:
         import torch
 
         with torch.inference_mode():
@@ -205,13 +207,14 @@ class Bench:
         with torch.inference_mode():
             timing = time_gpu(timed, label, self.args.reps, mechanism)
             if self.args.profile:  # after the timing: the timed samples never include the traced run
-                entry["profile"] = self.profile(label, timed, timing["median_ms"])
+                entry["profile"] = self.profile(label, timed, timing["median_ms"], eager)
         return {**entry, "status": "ok", "timing": timing}
 
-    def profile(self, label: str, timed: Callable[[], Any], timed_ms: float) -> dict[str, Any]:
-        """The phase profile of one traced run of ``timed`` (a graph replay is traced as it is: its kernels
-        carry no FLOPs, so GEMM rates come from the eager cases)."""
-        return phase_profile(timed, label, Path(self.args.out), "dit_bench", timed_ms)
+    def profile(self, label: str, timed: Callable[[], Any], timed_ms: float,
+                eager: Callable[[], Any] | None) -> dict[str, Any]:
+        """The phase profile of one traced run of ``timed``; a graph replay's kernels (no launching op) take
+        their FLOPs and bytes from ``eager``, the same forward without the graph, traced once more."""
+        return phase_profile(timed, label, Path(self.args.out), "dit_bench", timed_ms, eager)
 
     def diffusers_eager(self) -> dict[str, Any]:
         import torch
@@ -253,7 +256,8 @@ class Bench:
 
         return self._check_and_time(forward, graph.replay, "diffusers-compile+graph", "events", setup, before,
                                     {"compile_seconds": round(compile_seconds, 2),
-                                     "mechanism_note": "CUDA events around one CUDA graph replay"})
+                                     "mechanism_note": "CUDA events around one CUDA graph replay"},
+                                    eager=lambda: compiled(self.x, timestep=self.t, class_labels=self.y))
 
     def fast(self, switches: str) -> dict[str, Any]:
         import torch
@@ -279,8 +283,9 @@ class Bench:
             timed, mechanism, note = model.replay, "events", "CUDA events around one CUDA graph replay"
         else:
             timed, mechanism, note = forward, "events", "CUDA events per eager call (launch overhead included)"
+        eager = (lambda: base(self.x, timestep=self.t, class_labels=self.y)) if options.cuda_graphs else None
         entry = self._check_and_time(forward, timed, f"fast[{options.label()}]", mechanism, setup, before,
-                                     {"mechanism_note": note, "weights_bytes": weights})
+                                     {"mechanism_note": note, "weights_bytes": weights}, eager)
         entry["report"] = model.report()
         entry["fell_back"] = fell_back(entry["report"])
         try:

@@ -60,13 +60,16 @@ def one_case(entry: dict, tag: str, label: str) -> Iterator[None]:
         log(f"[{tag}] {label}: {entry['error']}")
 
 
-def phase_profile(call: Callable[[], Any], label: str, folder: Path, test: str, timed_ms: float) -> dict[str, Any]:
+def phase_profile(call: Callable[[], Any], label: str, folder: Path, test: str, timed_ms: float,
+                  eager: Callable[[], Any] | None = None) -> dict[str, Any]:
     """The project's phase profile of one traced run of ``call`` (GEMM, attention, elementwise, copies, idle;
-    top kernels; a Perfetto trace under ``folder/profiles/``), taken after its timing."""
+    top kernels; a Perfetto trace under ``folder/profiles/``), taken after its timing. ``eager``: where
+    ``call`` replays a CUDA graph, the same computation without it, whose kernels lend theirs FLOPs and bytes."""
     from pytest_ditgate.bench.timers import Call
     from pytest_ditgate.bench.tracing import profile_call
 
-    return profile_call(Call(call), label=label, artefact_dir=folder, test=test, timed_ms=timed_ms).to_dict()
+    return profile_call(Call(call), label=label, artefact_dir=folder, test=test, timed_ms=timed_ms,
+                        eager=None if eager is None else Call(eager)).to_dict()
 
 
 def phase_table(profiles: list[tuple[str, dict[str, Any] | None]]) -> str:

@@ -311,11 +311,12 @@ def run_stages(stages: list[str], arch: str, logs: Path, out: Path,
 
 
 #: the forward configurations dit_bench times in the check: the candidate lane's honest win, the fastest
-#: set, seamed, and seamed with quack's GEMMs (where quack-kernels is missing it falls back to cuBLAS, and
-#: dit_bench's record says so in the case's report)
+#: set, seamed, and seamed with quack's GEMMs, QKV and fc1 or fc1 only (where quack-kernels is missing they
+#: fall back to cuBLAS, and dit_bench's record says so in the case's report)
 DIT_CONFIGS = ("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn;cuda_graphs=1;"
                "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1;"
-               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack")
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack;"
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack_fc1")
 
 
 def environment() -> dict[str, Any]:

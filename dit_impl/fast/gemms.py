@@ -1,16 +1,19 @@
 """Which library runs a block's QKV and fc1 (+GELU) GEMMs: cuBLAS through PyTorch, or quack's CuTe-DSL
-Hopper GEMMs (``gemm=quack``).
+Hopper GEMMs (``gemm=quack``: both; ``gemm=quack_fc1``: fc1 + GELU only).
 
-quack measured faster than cuBLAS at DiT-XL/2's shapes for these two only (fc1 with its GELU epilogue at
-0.77x of cuBLASLt's, QKV at 0.93x; ``benchmarks/results/quack_gemm_sm_90.txt``); attention-out and fc2
-stay in cuBLAS, where quack was slower. ``resolve_gemms`` decides once and says why, so a fall-back to
-cuBLAS is reported, never silent.
+As isolated GEMMs quack measured faster than cuBLAS at DiT-XL/2's shapes for these two only (fc1 with its
+GELU epilogue at 0.77x of cuBLASLt's, QKV at 0.93x; ``benchmarks/results/quack_gemm_sm_90.txt``);
+attention-out and fc2 stay in cuBLAS, where quack was slower. Inside the forward's CUDA graph, cuBLAS's QKV
+ran faster than quack's (``benchmarks/results/dit_bench_profile_final_sm_90.txt``), hence ``quack_fc1``.
+``resolve_gemms`` decides once and says why, so a fall-back to cuBLAS is reported, never silent.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from pytest_ditgate.bench.rated import rated
 
 #: quack's name for GELU with the tanh approximation (diffusers' DiT MLP activation)
 GELU_TANH = "gelu_tanh_approx"
@@ -20,7 +23,7 @@ GELU_TANH = "gelu_tanh_approx"
 class BlockGemms:
     """The GEMMs a block hands to another library (``None``: its own ``nn.Linear``), and why."""
 
-    impl: str  # "cublas" or "quack"
+    impl: str  # "cublas", "quack" or "quack_fc1"
     reason: str
     qkv: Callable[[Any, Any], Any] | None = None  # (x, linear) -> linear(x)
     fc1_gelu: Callable[[Any, Any], Any] | None = None  # (x, linear) -> gelu_tanh(linear(x))
@@ -30,20 +33,38 @@ def cublas(reason: str) -> BlockGemms:
     return BlockGemms("cublas", reason)
 
 
-def quack_gemms(interface: Any, version: str, fused_qkv: bool = True) -> BlockGemms:
-    """The fused QKV and fc1 + GELU as quack GEMMs from ``interface`` (``quack.gemm_interface``), bias and
-    GELU in the epilogue; operands are the flattened tokens and the weight's transpose (a view, no copy).
-    Three separate projections (``fused_qkv=0``) stay in cuBLAS."""
+#: torch dtype name -> the dtype key of a profile's peaks
+_PEAK_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
+
+
+def _gemm_amounts(flat: Any, linear: Any) -> dict[str, Any]:
+    """FLOPs of ``flat @ W.T`` (2 M N K) and its dtype key, for the profile (quack's launches have no op)."""
+    m, k = flat.shape
+    return {"flops": 2 * m * k * linear.weight.shape[0],
+            "dtype": _PEAK_DTYPES.get(str(flat.dtype).replace("torch.", ""))}
+
+
+def quack_gemms(interface: Any, version: str, fused_qkv: bool = True, qkv_too: bool = True) -> BlockGemms:
+    """The fused QKV (unless ``qkv_too`` is false) and fc1 + GELU as quack GEMMs from ``interface``
+    (``quack.gemm_interface``), bias and GELU in the epilogue; operands are the flattened tokens and the
+    weight's transpose (a view, no copy). Three separate projections (``fused_qkv=0``) stay in cuBLAS."""
 
     def qkv(x: Any, linear: Any) -> Any:
-        out = interface.gemm(x.reshape(-1, x.shape[-1]), linear.weight.t(), bias=linear.bias)
+        flat = x.reshape(-1, x.shape[-1])
+        with rated("quack qkv", **_gemm_amounts(flat, linear)):
+            out = interface.gemm(flat, linear.weight.t(), bias=linear.bias)
         return out.view(*x.shape[:-1], out.shape[-1])
 
     def fc1_gelu(x: Any, linear: Any) -> Any:
-        _, out = interface.gemm_act(x.reshape(-1, x.shape[-1]), linear.weight.t(), bias=linear.bias,
-                                    activation=GELU_TANH, store_preact=False)
+        flat = x.reshape(-1, x.shape[-1])
+        with rated("quack fc1+gelu", **_gemm_amounts(flat, linear)):
+            _, out = interface.gemm_act(flat, linear.weight.t(), bias=linear.bias, activation=GELU_TANH,
+                                        store_preact=False)
         return out.view(*x.shape[:-1], out.shape[-1])
 
+    if not qkv_too:
+        return BlockGemms("quack_fc1", f"quack {version}: fc1 + GELU (gemm_act); QKV, attention-out and fc2 in "
+                          "cuBLAS", None, fc1_gelu)
     if not fused_qkv:
         return BlockGemms("quack", f"quack {version}: fc1 + GELU (gemm_act); the three Q, K, V projections "
                           "(fused_qkv=0), attention-out and fc2 in cuBLAS", None, fc1_gelu)
@@ -71,4 +92,4 @@ def resolve_gemms(mode: str, device: Any, dtype: Any, compiled: bool, fused_qkv:
         from quack import gemm_interface
     except Exception as exc:  # noqa: BLE001 - any import failure means the fall-back, with its reason
         return cublas(f"quack-kernels not importable: {type(exc).__name__}: {exc}")
-    return quack_gemms(gemm_interface, getattr(quack, "__version__", "?"), fused_qkv)
+    return quack_gemms(gemm_interface, getattr(quack, "__version__", "?"), fused_qkv, qkv_too=mode == "quack")

@@ -225,7 +225,7 @@ class FastDiT(nn.Module):
         # CPU's _addmm_activation applies the erf GELU, not tanh: the epilogue is only exact on CUDA (cuBLASLt)
         epilogue = self.options.gelu_epilogue and self.device.type == "cuda"
         self.gelu_epilogue_reason = ("off" if not self.options.gelu_epilogue else
-                                     "superseded: gemm=quack runs fc1 with its own GELU epilogue"
+                                     f"superseded: gemm={self.options.gemm} runs fc1 with its own GELU epilogue"
                                      if self.gemms.fc1_gelu is not None else
                                      "cuBLASLt GELU(tanh) epilogue" if epilogue else
                                      f"ignored on {self.device.type}: its _addmm_activation uses the erf GELU")

@@ -12,7 +12,7 @@ from typing import Any
 SDPA_BACKENDS = ("auto", "flash", "cudnn", "efficient", "math")
 ADALN_MODES = ("torch", "kernels", "auto")
 COMPILE_MODES = ("off", "blocks")
-GEMM_LIBRARIES = ("cublas", "quack")
+GEMM_LIBRARIES = ("cublas", "quack", "quack_fc1")
 DTYPES = ("float32", "bfloat16", "float16")
 
 
@@ -36,7 +36,8 @@ class FastOptions:
     #: into the output modulation): one adaLN kernel fewer per block; a block then returns (x, next input)
     block_seam: bool = False
     #: the blocks' QKV and fc1 (+GELU) GEMMs: cuBLAS, or quack's CuTe-DSL Hopper GEMMs (bf16/fp16 on sm_90+,
-    #: eager or graphed; elsewhere cuBLAS, the fall-back reported); attention-out and fc2 stay in cuBLAS
+    #: eager or graphed; elsewhere cuBLAS, the fall-back reported): ``quack`` both, ``quack_fc1`` fc1 + GELU
+    #: only (quack's QKV measured slower than cuBLAS's inside the forward); attention-out and fc2 stay in cuBLAS
     gemm: str = "cublas"
     #: regional compilation: ``blocks`` compiles each transformer block, never the whole model
     compile: str = "off"

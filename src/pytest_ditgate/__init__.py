@@ -26,6 +26,7 @@ _LAZY = {
     "Measurement": "pytest_ditgate.bench",
     "compare": "pytest_ditgate.bench",
     "Comparison": "pytest_ditgate.bench",
+    "rated": "pytest_ditgate.bench.rated",
 }
 
 __all__ = ["__version__", *_LAZY]

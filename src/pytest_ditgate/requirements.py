@@ -15,6 +15,7 @@ from typing import Any, Callable
 from pytest_ditgate.device import SDPA_BACKENDS, DeviceInfo
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.numbers import finite_number
+from pytest_ditgate.toolchain import package_version
 
 _OPS: dict[str, Callable[[Any, Any], bool]] = {
     ">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt,
@@ -294,8 +295,6 @@ def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
             missing.append(tool if spec is True else f"{tool} {spec.text}")
         elif isinstance(spec, VersionSpec) and not spec.matches(_release(version)):
             missing.append(f"{tool} {spec.text} (found {version})")
-    from pytest_ditgate.toolchain import package_version
-
     for name, package_spec in req.packages:
         version = package_version(name)
         if version is None:

@@ -1,4 +1,5 @@
-"""``gemm=quack``: a block hands its QKV and fc1 + GELU GEMMs to quack where they can run, and says why not.
+"""``gemm=quack``: a block hands its QKV and fc1 + GELU GEMMs to quack where they can run, and says why not;
+``gemm=quack_fc1`` hands over fc1 + GELU only.
 
 quack's calls are checked on the CPU through a stand-in with quack's call signature that computes in
 PyTorch: the block's arithmetic must be unchanged, and a wrong activation must fail the float32 bound. The
@@ -65,6 +66,21 @@ def test_quack_gemms_keep_the_blocks_arithmetic(switches, tiny_reference, tiny_i
     assert len(quack.calls) == 2 * layers  # attention-out and fc2 stay in cuBLAS
 
 
+@pytest.mark.parametrize("switches", ["dtype=float32", "dtype=float32,block_seam=1"])
+def test_quack_fc1_hands_over_fc1_only(switches, tiny_reference, tiny_inputs, tiny_expected) -> None:
+    """``gemm=quack_fc1``: fc1 + GELU in quack, the fused QKV back in cuBLAS, the arithmetic unchanged."""
+    stock = _out(from_diffusers(tiny_reference, FastOptions.parse(switches)), tiny_inputs)
+    quack = StandInQuack()
+    block_gemms = gemms.quack_gemms(quack, "stand-in", qkv_too=False)
+    assert block_gemms.impl == "quack_fc1" and block_gemms.qkv is None
+    assert "QKV, attention-out and fc2 in cuBLAS" in block_gemms.reason
+    model = _with_gemms(from_diffusers(tiny_reference, FastOptions.parse(switches)), block_gemms)
+    out = _out(model, tiny_inputs)
+    assert rel_l2(out, stock) < 1e-6
+    assert rel_l2(out, tiny_expected) < 1e-5
+    assert quack.calls == [("gemm_act", "gelu_tanh_approx", False)] * len(model.transformer_blocks)
+
+
 def test_a_wrong_activation_in_the_epilogue_is_caught(tiny_reference, tiny_inputs, tiny_expected) -> None:
     """The erf GELU where the DiT's MLP has the tanh one: must fail the float32 bound."""
     erf = StandInQuack({"gelu_tanh_approx": torch.nn.functional.gelu})
@@ -82,15 +98,36 @@ def test_three_projections_stay_in_cublas(tiny_reference, tiny_inputs, tiny_expe
     assert {call[0] for call in quack.calls} == {"gemm_act"}
 
 
-def test_gemm_quack_on_the_cpu_falls_back_with_its_reason(tiny_reference, tiny_inputs, tiny_expected) -> None:
-    with pytest.warns(RuntimeWarning, match="gemm='quack' fell back to cuBLAS: quack's GEMMs need CUDA"):
-        model = from_diffusers(tiny_reference, FastOptions(dtype="float32", gemm="quack"))
+@pytest.mark.parametrize("library", ["quack", "quack_fc1"])
+def test_gemm_quack_on_the_cpu_falls_back_with_its_reason(library, tiny_reference, tiny_inputs, tiny_expected) -> None:
+    with pytest.warns(RuntimeWarning, match=f"gemm='{library}' fell back to cuBLAS: quack's GEMMs need CUDA"):
+        model = from_diffusers(tiny_reference, FastOptions(dtype="float32", gemm=library))
     report = model.report()
     assert report["gemm"]["impl"] == "cublas" and "CUDA" in report["gemm"]["reason"]
-    assert report["label"] == "gemm=quack,dtype=float32"
+    assert report["label"] == f"gemm={library},dtype=float32"
     assert rel_l2(_out(model, tiny_inputs), tiny_expected) < 1e-5
-    with pytest.raises(RuntimeError, match="gemm='quack' fell back to cuBLAS"):
-        from_diffusers(tiny_reference, FastOptions(dtype="float32", gemm="quack", strict=True))
+    with pytest.raises(RuntimeError, match=f"gemm='{library}' fell back to cuBLAS"):
+        from_diffusers(tiny_reference, FastOptions(dtype="float32", gemm=library, strict=True))
+
+
+@pytest.mark.parametrize("library,qkv", [("quack", True), ("quack_fc1", False)])
+def test_resolve_hands_over_what_the_switch_names(library, qkv, monkeypatch) -> None:
+    """Through ``resolve_gemms`` on a (pretended) Hopper with a stand-in quack installed: ``quack`` hands
+    over QKV and fc1, ``quack_fc1`` fc1 only, and the report's ``impl`` is the switch's value."""
+    import types
+
+    stand_in = StandInQuack()
+    module = types.ModuleType("quack")
+    module.__version__, module.gemm_interface = "stand-in", stand_in
+    monkeypatch.setitem(__import__("sys").modules, "quack", module)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    chosen = gemms.resolve_gemms(library, torch.device("cuda"), torch.bfloat16, False)
+    assert chosen.impl == library and chosen.fc1_gelu is not None and (chosen.qkv is not None) is qkv
+    x, linear = torch.randn(2, 3, 8), torch.nn.Linear(8, 24)
+    chosen.fc1_gelu(x, linear)
+    if qkv:
+        chosen.qkv(x, linear)
+    assert [call[0] for call in stand_in.calls] == ["gemm_act"] + (["gemm"] if qkv else [])
 
 
 def test_the_fall_back_reasons_name_what_is_missing() -> None:
@@ -99,9 +136,11 @@ def test_the_fall_back_reasons_name_what_is_missing() -> None:
     assert "float32" in gemms.resolve_gemms("quack", cuda, torch.float32, False).reason
     assert "compiled blocks" in gemms.resolve_gemms("quack", cuda, torch.bfloat16, True).reason
     assert "cpu" in gemms.resolve_gemms("quack", torch.device("cpu"), torch.bfloat16, False).reason
+    assert "compiled blocks" in gemms.resolve_gemms("quack_fc1", cuda, torch.bfloat16, True).reason
 
 
 def test_an_unknown_gemm_library_is_rejected() -> None:
-    with pytest.raises(ValueError, match="FastOptions.gemm='cutlass' is not one of cublas, quack"):
+    with pytest.raises(ValueError, match="FastOptions.gemm='cutlass' is not one of cublas, quack, quack_fc1"):
         FastOptions(gemm="cutlass")
     assert FastOptions.parse("gemm=quack").gemm == "quack"
+    assert FastOptions.parse("gemm=quack_fc1").gemm == "quack_fc1"

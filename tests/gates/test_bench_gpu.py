@@ -178,20 +178,52 @@ def test_eager(ditbench):
     ditbench(step, a, b, label="eager")
 
 
-def test_graph_replay(ditbench):
+def captured():
     step(a, b)
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         step(a, b)
-    ditbench(graph.replay, label="graph")
+    return graph
+
+
+def test_graph_replay(ditbench):
+    ditbench(captured().replay, label="graph")
+
+
+def test_graph_replay_with_its_eager_run(ditbench):
+    ditbench(captured().replay, label="graph+eager", profile_eager=lambda: step(a, b))
+
+
+import triton
+import triton.language as tl
+
+from pytest_ditgate import rated
+
+
+@triton.jit
+def _copy_kernel(src, dst, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(dst + i, tl.load(src + i, mask=i < n), mask=i < n)
+
+
+def triton_copy(src, dst):
+    with rated("triton copy", bytes=2 * src.numel() * src.element_size()):
+        _copy_kernel[(triton.cdiv(src.numel(), 1024),)](src, dst, src.numel(), BLOCK=1024)
+
+
+def test_rated_raw_triton_launch(ditbench):
+    src = torch.randn(1 << 24, device="cuda")
+    ditbench(triton_copy, src, torch.empty_like(src), label="rated")
 """
 
 
 def test_profile_option_on_a_real_cuda_op(pytester: pytest.Pytester) -> None:
     """``--ditgate-profile`` on a bf16 GEMM + GELU + add: the GEMM in the GEMM phase with TFLOP/s, the
     elementwise kernels in GB/s from their ops' shapes, idle against the timed median, a trace on disk;
-    a CUDA graph replay's kernels are traced too (with no launching op, so no bytes)."""
+    a CUDA graph replay's kernels are traced too (with no launching op, so no bytes), and given the same
+    computation run eagerly (``profile_eager=``) they take its kernels' FLOPs and bytes; a raw Triton launch
+    inside ``rated(bytes=...)`` gets its GB/s."""
     import json
 
     from pytest_ditgate.fsutil import read_jsonl
@@ -199,7 +231,7 @@ def test_profile_option_on_a_real_cuda_op(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(PROFILED_SUITE)
     result = pytester.runpytest_subprocess("--ditgate", "--ditgate-profile", "-p", "no:benchmark",
                                            "-p", "no:randomly", "-p", "no:cacheprovider")
-    result.assert_outcomes(passed=2)
+    result.assert_outcomes(passed=4)
     result.stdout.fnmatch_lines(["test_eager[[]eager[]]*device*", "*GEMM, * TFLOP/s*",
                                  "*norm/elementwise, * GB/s*", "*idle: *% of the traced span*timed median*"])
     records = {r["measurement"]["label"]: r for r in read_jsonl(pytester.path / ".ditgate" / "bench.jsonl")[0]}
@@ -217,3 +249,12 @@ def test_profile_option_on_a_real_cuda_op(pytester: pytest.Pytester) -> None:
     assert graph["source"] == "device" and graph["phases"]["gemm"]["ms"] > 0  # the replay's kernels
     replayed = [k for k in graph["kernels"] if k["phase"] == "elementwise"]
     assert replayed and all("gbps" not in k and k["bytes_unknown"] for k in replayed)
+    (lent,) = records["graph+eager"]["profiles"]
+    gemm = next(k for k in lent["kernels"] if k["phase"] == "gemm")
+    assert gemm["flops"] == 2 * 2048 ** 3 and gemm["tflops"] > 1 and lent["gemm"]["coverage"] == 1.0
+    assert all(k["gbps"] > 1 for k in lent["kernels"] if k["phase"] == "elementwise")
+    assert any("by launch order" in note for note in lent["notes"]), lent["notes"]
+    assert (pytester.path / ".ditgate" / lent["trace"].replace(".json", "-eager.json")).is_file()
+    (rated,) = records["rated"]["profiles"]
+    copy = next(k for k in rated["kernels"] if k["name"].startswith("_copy_kernel"))
+    assert copy["bytes"] == 2 * 4 * (1 << 24) and copy["gbps"] > 100, copy

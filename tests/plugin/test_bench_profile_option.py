@@ -97,7 +97,8 @@ def test_ditbench_profiles_per_call_with_the_function_arguments_only() -> None:
     seen: list[tuple[Call, str, float]] = []
     recorded: list[list] = []
 
-    def profiler(call: Call, label: str, timed_ms: float) -> dict:
+    def profiler(call: Call, label: str, timed_ms: float, eager: Call | None) -> dict:
+        assert eager is None  # no profile_eager= given
         seen.append((call, label, timed_ms))
         return {"label": label, "source": "none"}
 

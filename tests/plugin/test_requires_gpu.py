@@ -137,45 +137,29 @@ def test_user_profile_from_path(pytester: pytest.Pytester, use_profile) -> None:
     result.stdout.fnmatch_lines(["*needs sm>=9.0; device is sm_89 (Lab L40S)*"])
 
 
-def test_toolchain_requirement_follows_the_host(pytester: pytest.Pytester, use_profile, monkeypatch) -> None:
+@pytest.mark.parametrize("profile,tool,found,met,unmet", [
+    ("a5500", "nvcc", "12.4", ">=12.0", ">=13"),
+    # a nightly triton is read by its release numbers: the marker is judged, not a usage error of a correct test
+    ("h200", "triton", "3.4.0.dev20250601+git1a2b", ">=3.0", ">=3.5"),
+])
+def test_toolchain_requirement_follows_the_host(pytester: pytest.Pytester, use_profile, monkeypatch, profile: str,
+                                                tool: str, found: str, met: str, unmet: str) -> None:
     from pytest_ditgate import toolchain
 
-    use_profile("a5500")
-    monkeypatch.setattr(toolchain, "nvcc_version", lambda: "12.4")
-    pytester.makepyfile("""
+    use_profile(profile)
+    monkeypatch.setattr(toolchain, f"{tool}_version", lambda: found)
+    pytester.makepyfile(f"""
         import pytest
-        @pytest.mark.requires_gpu(nvcc=">=12.0")
+        @pytest.mark.requires_gpu({tool}="{met}")
         def test_new():
             pass
-        @pytest.mark.requires_gpu(nvcc=">=13")
+        @pytest.mark.requires_gpu({tool}="{unmet}")
         def test_newer():
             pass
     """)
     result = pytester.runpytest("--ditgate", "-rs")
     result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*needs nvcc >=13 (found 12.4)*"])
-
-
-def test_a_development_toolchain_version_is_compared_not_rejected(pytester: pytest.Pytester, use_profile,
-                                                                  monkeypatch) -> None:
-    """A nightly triton (``3.4.0.dev20250601+git1a2b``) on the host is read by its release numbers: the marker
-    is judged, not turned into a usage error of a correct test."""
-    from pytest_ditgate import toolchain
-
-    use_profile("h200")
-    monkeypatch.setattr(toolchain, "triton_version", lambda: "3.4.0.dev20250601+git1a2b")
-    pytester.makepyfile("""
-        import pytest
-        @pytest.mark.requires_gpu(triton=">=3.0")
-        def test_new():
-            pass
-        @pytest.mark.requires_gpu(triton=">=3.5")
-        def test_newer():
-            pass
-    """)
-    result = pytester.runpytest("--ditgate", "-rs")
-    result.assert_outcomes(passed=1, skipped=1)
-    result.stdout.fnmatch_lines(["*needs triton >=3.5 (found 3.4.0.dev20250601+git1a2b)*"])
+    result.stdout.fnmatch_lines([f"*needs {tool} {unmet} (found {found})*"])
 
 
 def test_package_requirement_reads_what_is_installed(pytester: pytest.Pytester, use_profile) -> None:

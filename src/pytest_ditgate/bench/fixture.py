@@ -7,7 +7,10 @@ It never sees the pytest session: the plugin passes in the test id, the lane, a 
 
 With ``profile=True`` (or ``--ditgate-profile``) each measured call, and both sides of a pair, is run once
 more under the profiler after its timing, through the ``profiler`` callback; the phase profiles are
-recorded with the measurement. The timed samples never include a traced run.
+recorded with the measurement. The timed samples never include a traced run. A call that replays its own
+CUDA graph can name the same computation without the graph (``profile_eager=``, called with the measured
+call's arguments): it is traced too, and its kernels' FLOPs and bytes are lent to the replay's, which have
+none.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.bench.runner import measure, measure_pair
 from pytest_ditgate.bench.timers import Call
-from pytest_ditgate.errors import GateFailure
+from pytest_ditgate.errors import DitgateUsageError, GateFailure
 
 
 def _knobs(function: Callable[..., Any]) -> frozenset[str]:
@@ -31,6 +34,17 @@ def _knobs(function: Callable[..., Any]) -> frozenset[str]:
 
 MEASURE_KNOBS = _knobs(measure)
 PAIR_KNOBS = _knobs(measure_pair)  # min_speedup and beat_best are pair()'s own parameters, never in opts
+
+
+def _eager_twins(value: Any, sides: int) -> tuple[Callable[..., Any] | None, ...]:
+    """``profile_eager=`` as one callable (or None) per side: a callable for a measurement, a pair of them
+    (either None) for ``pair``; anything else is a usage error, raised before any timing."""
+    twins = (value,) if sides == 1 else (None, None) if value is None else value
+    twins = tuple(twins) if isinstance(twins, list) else twins
+    if not isinstance(twins, tuple) or len(twins) != sides or not all(t is None or callable(t) for t in twins):
+        wanted = "a callable" if sides == 1 else "a pair (candidate's, reference's) of callables or None"
+        raise DitgateUsageError(f"profile_eager must be {wanted}, got {value!r}")
+    return twins
 
 
 @dataclass
@@ -50,8 +64,9 @@ class DitBench:
     defaults: dict[str, Any] = field(default_factory=dict)
     #: profile every measured call (``--ditgate-profile``); ``profile=`` per call overrides it
     profile: bool = False
-    #: (call, label, timed median ms) -> the phase profile of one traced run of the call, as a dict
-    profiler: Callable[[Call, str, float], dict[str, Any]] | None = None
+    #: (call, label, timed median ms, the call without its CUDA graph or None) -> the phase profile of one
+    #: traced run of the call, as a dict
+    profiler: Callable[[Call, str, float, Call | None], dict[str, Any]] | None = None
     measurements: list[Measurement] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
     _fed: bool = False
@@ -79,26 +94,29 @@ class DitBench:
         merged.update(opts)
         return merged
 
-    def _profiles(self, wanted: bool, sides: list[tuple[Callable[..., Any], Measurement]], args: tuple[Any, ...],
-                  opts: dict[str, Any], knobs: frozenset[str]) -> list[dict[str, Any]]:
-        """The phase profile of each (function, its measurement) side, run on the measured arguments; the
-        timed median goes along, for idle against the untraced time."""
+    def _profiles(self, wanted: bool, sides: list[tuple[Callable[..., Any], Measurement, Callable[..., Any] | None]],
+                  args: tuple[Any, ...], opts: dict[str, Any], knobs: frozenset[str]) -> list[dict[str, Any]]:
+        """The phase profile of each (function, its measurement, its eager twin) side, run on the measured
+        arguments; the timed median goes along, for idle against the untraced time."""
         if not wanted or self.profiler is None:
             return []
         fn_kwargs = {k: v for k, v in opts.items() if k not in knobs}
-        return [self.profiler(Call(fn, args, fn_kwargs), m.name, m.median_ms) for fn, m in sides]
+        return [self.profiler(Call(fn, args, fn_kwargs), m.name, m.median_ms,
+                              None if eager is None else Call(eager, args, fn_kwargs)) for fn, m, eager in sides]
 
     def __call__(self, fn: Callable[..., Any], *args: Any, **opts: Any) -> Measurement:
         """Measure ``fn(*args)`` (options as for :func:`pytest_ditgate.measure`) and record it;
-        ``profile=True`` adds one traced run of the call and records its phase profile."""
+        ``profile=True`` adds one traced run of the call and records its phase profile
+        (``profile_eager=``: ``fn``'s computation without its CUDA graph, for the replay's rates)."""
         __tracebackhide__ = True
         self._refuse_unchecked()
         opts = self._options(opts)
         profile = bool(opts.pop("profile", self.profile))
+        eager = _eager_twins(opts.pop("profile_eager", None), 1)[0]
         opts.setdefault("label", self.test.rsplit("::", 1)[-1])
         m = measure(fn, *args, **opts)
         self.measurements.append(m)
-        self.record_measurement(m, self._profiles(profile, [(fn, m)], args, opts, MEASURE_KNOBS))
+        self.record_measurement(m, self._profiles(profile, [(fn, m, eager)], args, opts, MEASURE_KNOBS))
         self._feed(m)
         return m
 
@@ -110,11 +128,14 @@ class DitBench:
         ``beat_best=True`` also requires the CI bound to beat the best ratio recorded for this test, arch
         and lane (same driver and torch) in the ledger. For ``--benchmark-json`` the candidate's samples
         are the test's result, with the reference, ratio and interval in ``extra_info``.
+        ``profile_eager=(candidate's, reference's)``: each side without its CUDA graph (or None), for the
+        replay's rates in the phase profiles.
         """
         __tracebackhide__ = True
         self._refuse_unchecked()
         opts = self._options(opts)
         profile = bool(opts.pop("profile", self.profile))
+        candidate_eager, reference_eager = _eager_twins(opts.pop("profile_eager", None), 2)
         c = measure_pair(candidate, reference, *args, **opts)
         self.comparisons.append(c)
         passed = c.faster_by_at_least(min_speedup)
@@ -128,7 +149,8 @@ class DitBench:
                 passed = False
                 problem = (f"candidate does not beat the recorded best ratio {float(best['ratio']):.4f} "
                            f"(recorded {best.get('comparison', {}).get('a', {}).get('time_utc', '?')}): {c.describe()}")
-        profiles = self._profiles(profile, [(candidate, c.a), (reference, c.b)], args, opts, PAIR_KNOBS)
+        profiles = self._profiles(profile, [(candidate, c.a, candidate_eager), (reference, c.b, reference_eager)],
+                                  args, opts, PAIR_KNOBS)
         self.record_comparison(c, min_speedup, passed, profiles)
         from pytest_ditgate.bench.pytest_benchmark_bridge import pair_info
 

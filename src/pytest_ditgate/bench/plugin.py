@@ -107,11 +107,11 @@ def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
         except OSError as exc:
             _warn_io(node, LEDGER_FILE, exc)
 
-    def profiler(call: Any, label: str, timed_ms: float) -> dict[str, Any]:
+    def profiler(call: Any, label: str, timed_ms: float, eager: Any = None) -> dict[str, Any]:
         from pytest_ditgate.bench.tracing import profile_call
 
         return profile_call(call, label=label, artefact_dir=context.artefact_dir, test=test,
-                            timed_ms=timed_ms).to_dict()
+                            timed_ms=timed_ms, eager=eager).to_dict()
 
     def best(m: Any) -> dict[str, Any] | None:
         return ledger.best(test=test, arch=m.arch, lane=lane, driver=m.driver, torch=m.torch)

@@ -11,8 +11,10 @@ FLOP counts torch attached to its ops (keyed by the op's ``External id``). Two s
   outside any op (Python, the interpreter).
 
 Given the timed (untraced) median, idle is also read against it: ``max(0, timed - busy) / timed``, since
-tracing inflates the host's launch gaps. Rates are never invented: TFLOP/s where torch reported FLOPs for
-the op that launched the kernel, GB/s where the bytes are known (memcpy/memset from the trace, kernels
+tracing inflates the host's launch gaps. A CUDA graph replay launches its kernels without ops, so they carry
+no FLOPs or bytes; given a trace of the same computation run eagerly, :func:`credit_from_eager` lends them
+the amounts of the eager run's kernels, matched by launch order (or by name where that is unambiguous).
+Rates are never invented: TFLOP/s where torch reported FLOPs for the op that launched the kernel, GB/s where the bytes are known (memcpy/memset from the trace, kernels
 from their op's recorded shapes, :mod:`pytest_ditgate.bench.traffic`); compute phases are judged in
 TFLOP/s, memory-bound ones in GB/s (rules in docs/profiling.md). Peaks come from the device profile.
 """
@@ -22,9 +24,11 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from difflib import SequenceMatcher
 from typing import Any, Callable, Iterable, Mapping
 
 from pytest_ditgate.bench.phases import PHASES, classify
+from pytest_ditgate.bench.rated import parse_range
 from pytest_ditgate.bench.traffic import op_bytes
 from pytest_ditgate.numbers import finite_number
 
@@ -61,6 +65,8 @@ class Activity:
     bytes_why: str | None = None
     #: a transfer over a link (HtoD, DtoH, PtoP): its GB/s has no peak here
     link: bool = False
+    #: the device stream it ran on (None: not recorded)
+    stream: int | None = None
 
     @property
     def duration_ns(self) -> int:
@@ -102,10 +108,11 @@ def activities_from_trace(trace: Mapping[str, Any], flops: Mapping[int, tuple[in
             name = str(event.get("name", "?"))
             moved, comparable = _copy_traffic(name, _int(args.get("bytes")))
             device.append(Activity(name, (span,), op=_int(args.get("External id")), bytes=moved,
-                                   link=moved is not None and not comparable))
+                                   link=moved is not None and not comparable, stream=_int(args.get("stream"))))
     if device:
         _credit_flops(device, flops)
         _credit_bytes(device, _op_traffic(events))
+        _credit_rated(device, _rated_ranges(events))
         return "device", device, window
     if window is None:
         return "none", [], None
@@ -132,6 +139,37 @@ def activities_from_trace(trace: Mapping[str, Any], flops: Mapping[int, tuple[in
 
 def _args(event: Mapping[str, Any]) -> Mapping[str, Any]:
     return event.get("args") if isinstance(event.get("args"), dict) else {}
+
+
+RATED_NO_BYTES = "its rated range gave FLOPs, no bytes"
+
+
+def _rated_ranges(events: list[dict[str, Any]]) -> list[tuple[tuple[int, int], dict[str, Any]]]:
+    """The device-side spans of ``rated`` ranges (``gpu_user_annotation``: the profiler spans each over the
+    kernels launched inside it) and their amounts, innermost (shortest) first."""
+    ranges = []
+    for event in events:
+        if event.get("cat") == "gpu_user_annotation" and (span := _timed(event)) is not None:
+            amounts = parse_range(str(event.get("name", "")))
+            if amounts is not None:
+                ranges.append((span, amounts))
+    return sorted(ranges, key=lambda r: r[0][1] - r[0][0])
+
+
+def _credit_rated(activities: list[Activity], ranges: list[tuple[tuple[int, int], dict[str, Any]]]) -> None:
+    """A ``rated`` range's FLOPs go to the longest kernel inside its span that has none of its own, and its
+    bytes likewise: torch counts neither for a launch its own ops did not make (a DSL GEMM, a custom op, a
+    raw Triton kernel), whatever op launched it."""
+    for (start, end), amounts in ranges:
+        inside = [a for a in activities if start <= a.spans[0][0] and a.spans[-1][1] <= end]
+        if amounts["flops"] and (wanting := [a for a in inside if not a.flops]):
+            longest = max(wanting, key=lambda a: a.duration_ns)
+            longest.flops, longest.dtype = amounts["flops"], amounts["dtype"]
+            if amounts["bytes"] is None and longest.bytes is None:
+                longest.bytes_why = RATED_NO_BYTES
+        if amounts["bytes"] is not None and (wanting := [a for a in inside if a.bytes is None]):
+            longest = max(wanting, key=lambda a: a.duration_ns)
+            longest.bytes, longest.bytes_why = amounts["bytes"], None
 
 
 def _op_traffic(events: list[dict[str, Any]]) -> dict[int, int | None]:
@@ -175,6 +213,73 @@ def _credit_flops(activities: list[Activity], flops: Mapping[int, tuple[int, str
         count, dtype = flops[op]
         if count and count > 0:
             longest.flops, longest.dtype = int(count), dtype
+
+
+NO_OP_EAGER = "launched by no op in the eager run either (a library's own launch: no FLOPs or bytes to lend)"
+
+
+def _amounts(activity: Activity) -> tuple[Any, ...]:
+    return activity.flops, activity.dtype, activity.bytes, activity.link
+
+
+def _wanting(activity: Activity) -> bool:
+    """A kernel no op launched and that carries neither FLOPs nor bytes of its own (a copy or memset keeps
+    the bytes the trace gives it)."""
+    return activity.op is None and activity.flops is None and activity.bytes is None
+
+
+def _lend(wanting: Activity, source: Activity) -> bool:
+    """Give ``wanting`` the FLOPs and bytes of ``source`` (the same kernel, run eagerly); where the eager
+    kernel's bytes are unknown too, its reason replaces "no launching op". True when anything was lent."""
+    lent = False
+    if source.flops:
+        wanting.flops, wanting.dtype, lent = source.flops, source.dtype, True
+    if source.bytes is not None:
+        wanting.bytes, wanting.link, wanting.bytes_why, lent = source.bytes, source.link, None, True
+    elif source.bytes_why:
+        wanting.bytes_why = NO_OP_EAGER if source.bytes_why == NO_OP else f"{source.bytes_why} (in the eager run)"
+    return lent
+
+
+def credit_from_eager(activities: list[Activity], eager: list[Activity]) -> str | None:
+    """Lend the kernels that no op launched and that carry no amounts (a CUDA graph replay's) the FLOPs and
+    bytes of the same kernels in ``eager``, a traced run of the same computation without the graph.
+
+    On one stream each, kernels are matched by launch order: the longest common runs of names over every
+    op-less activity (memsets and copies included, so they anchor the order; extra kernels on either side
+    do not shift the rest; of equal runs the earliest eager one is taken). A kernel left unmatched, and
+    every kernel when either run used several streams (start order then interleaves them), takes the
+    amounts of its name only where every eager launch of that name has the same ones. Returns a note with
+    the counts, or None when no kernel wanted amounts."""
+    wanting = [a for a in activities if _wanting(a)]
+    if not wanting:
+        return None
+    ordered = sorted((a for a in activities if a.op is None), key=lambda a: a.spans[0][0])
+    source = sorted(eager, key=lambda a: a.spans[0][0])
+    streams = len({a.stream for a in ordered}) > 1 or len({a.stream for a in source}) > 1
+    matched: set[int] = set()
+    by_order = 0
+    if not streams:
+        matcher = SequenceMatcher(None, [a.name for a in ordered], [a.name for a in source], autojunk=False)
+        for block in matcher.get_matching_blocks():
+            for offset in range(block.size):
+                activity = ordered[block.a + offset]
+                if _wanting(activity):
+                    matched.add(id(activity))
+                    by_order += _lend(activity, source[block.b + offset])
+    amounts: dict[str, set[tuple[Any, ...]]] = defaultdict(set)
+    first: dict[str, Activity] = {}
+    for activity in source:
+        amounts[activity.name].add(_amounts(activity))
+        first.setdefault(activity.name, activity)
+    by_name = sum(_lend(activity, first[activity.name]) for activity in wanting
+                  if id(activity) not in matched and len(amounts.get(activity.name, ())) == 1)
+    left = sum(_wanting(activity) for activity in wanting)
+    how = ("several streams, so by name only" if streams else
+           f"{by_order} lent by launch order, {len(matched) - by_order} matched in order to eager kernels "
+           "without amounts")
+    return (f"{len(wanting)} kernels without a launching op or amounts of their own (a CUDA graph replay's), "
+            f"against the eager run: {how}, {by_name} lent by name; {left} left without amounts")
 
 
 def self_spans(spans: list[tuple[int, int]]) -> list[list[tuple[int, int]]]:
@@ -427,9 +532,17 @@ def summarize(source: str, activities: list[Activity], window: tuple[int, int] |
 
 
 def summarize_trace(exported: Mapping[str, Any], flops: Mapping[int, tuple[int, str | None]] | None = None,
+                    eager: tuple[Mapping[str, Any], Mapping[int, tuple[int, str | None]]] | None = None,
                     **kwargs: Any) -> PhaseProfile:
-    """:func:`summarize` of the activities of an exported trace (``kwargs``: as for :func:`summarize`)."""
+    """:func:`summarize` of the activities of an exported trace (``kwargs``: as for :func:`summarize`).
+    ``eager``: (trace, FLOPs) of the same computation without its CUDA graph, to credit the replay's kernels."""
     source, activities, window = activities_from_trace(exported, flops)
+    if eager is not None and source == "device":
+        eager_source, eager_activities, _ = activities_from_trace(*eager)
+        note = (credit_from_eager(activities, eager_activities) if eager_source == "device" else
+                "the eager run's trace holds no device activity: nothing to credit the replay's kernels from")
+        if note:
+            kwargs["notes"] = (*kwargs.get("notes", ()), note)
     return summarize(source, activities, window, **kwargs)
 
 
