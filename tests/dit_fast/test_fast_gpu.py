@@ -94,19 +94,34 @@ def test_switch_matches_diffusers_within_bf16_error(switches, xl_blocks) -> None
     compiled = [_dynamo_counts()]
     with torch.inference_mode():
         first = model(x.to(model.dtype), timestep=t, class_labels=y).sample
+        kept = first.clone()
         compiled.append(_dynamo_counts())
         out = model(x.to(model.dtype), timestep=t, class_labels=y).sample
         compiled.append(_dynamo_counts())
+        third = model(x.to(model.dtype), timestep=t, class_labels=y).sample
+        compiled.append(_dynamo_counts())
     assert out.dtype == options.torch_dtype
-    error = rel_l2(out, expected)
-    assert error < max(2 * baseline_error, 2e-3), f"{switches}: rel-L2 {error:.2e} vs diffusers bf16 {baseline_error:.2e}"
-    # replay/compile give the same answer twice; if not, say whether the second call compiled anything new
-    # (seen twice with compile=blocks,block_seam=1 on the H200, rel-L2 3e-3, with no recompile in the second
-    # call; benchmarks/gpu/compile_twice_probe.py localises it)
+    for call, result in (("first", first), ("second", out)):
+        error = rel_l2(result, expected)
+        assert error < max(2 * baseline_error, 2e-3), (
+            f"{switches}: {call} call rel-L2 {error:.2e} vs diffusers bf16 {baseline_error:.2e}")
+    # an output handed to the caller is never overwritten by a later call (a graph's static buffer, a reused
+    # allocation)
+    assert torch.equal(first, kept), f"{switches}: the first call's output changed during the later calls"
+    # from the second call on, replay/compile give the same bits
+    steady = rel_l2(out, third)
+    assert steady < 1e-6, (f"{switches}: the third call differs from the second by rel-L2 {steady:.2e}; dynamo "
+                           f"compiled {_dynamo_delta(compiled[1], compiled[2])} in the second call and "
+                           f"{_dynamo_delta(compiled[2], compiled[3])} in the third")
+    # the first call too, except where inductor compiled in it: with a cold cache it benchmarks a reduction's
+    # candidate configurations at the first launch and may settle on another, whose other summation order moves
+    # bf16 roundings (benchmarks/results/compile_twice_sm_90.txt: block 0's x, equal inputs, one ulp; twice in
+    # two cold-cache runs, never warm). That call is held to the error bound above instead.
     twice = rel_l2(first, out)
-    assert twice < 1e-6, (f"{switches}: the second call differs from the first by rel-L2 {twice:.2e}; dynamo "
-                          f"compiled {_dynamo_delta(compiled[0], compiled[1])} in the first call and "
-                          f"{_dynamo_delta(compiled[1], compiled[2])} in the second")
+    if options.compile == "off":
+        assert twice < 1e-6, (f"{switches}: the second call differs from the first by rel-L2 {twice:.2e}; dynamo "
+                              f"compiled {_dynamo_delta(compiled[0], compiled[1])} in the first call and "
+                              f"{_dynamo_delta(compiled[1], compiled[2])} in the second")
     report = model.report()
     if options.adaln == "kernels":
         assert report["adaln"]["impl"] == "kernels", report["adaln"]
