@@ -11,6 +11,8 @@ import importlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
+from pytest_ditgate.bench.rated import rated
+
 if TYPE_CHECKING:
     import torch
 
@@ -84,8 +86,28 @@ def resolve_ops(mode: str, device_type: str, compiled: bool) -> AdalnOps:
     if missing:
         wanted = "; ".join(f"{op}: one of {', '.join(_KERNEL_NAMES[op])}" for op in missing)
         return torch_ops(f"kernels package lacks {wanted}")
-    nm, gr, fused = found["norm_modulate"], found["gated_residual"], found["residual_norm_modulate"]
-    return AdalnOps(lambda x, shift, scale, eps: nm(x, scale=scale, shift=shift, eps=eps),
-                    lambda x, gate, y: gr(x, gate, y),
-                    lambda x, gate, y, shift, scale, eps: fused(x, gate, y, scale=scale, shift=shift, eps=eps),
-                    "kernels", f"kernels.{nm.__name__}, {fused.__name__}, {gr.__name__}")
+    return kernel_ops(found["norm_modulate"], found["gated_residual"], found["residual_norm_modulate"])
+
+
+def _bytes(*tensors: "torch.Tensor") -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def kernel_ops(nm: Callable[..., Any], gr: Callable[..., Any], fused: Callable[..., Any]) -> AdalnOps:
+    """The ``kernels`` package's ops, each launch ``rated`` with the bytes it reads and writes: they launch
+    through the package's own binding, not a torch op, so a phase profile would have no GB/s for them."""
+
+    def norm_modulate_k(x: Any, shift: Any, scale: Any, eps: float) -> Any:
+        with rated("adaln norm_modulate", bytes=2 * _bytes(x) + _bytes(shift, scale)):
+            return nm(x, scale=scale, shift=shift, eps=eps)
+
+    def gated_residual_k(x: Any, gate: Any, y: Any) -> Any:
+        with rated("adaln gated_residual", bytes=2 * _bytes(x) + _bytes(y, gate)):
+            return gr(x, gate, y)
+
+    def residual_norm_modulate_k(x: Any, gate: Any, y: Any, shift: Any, scale: Any, eps: float) -> Any:
+        with rated("adaln residual_norm_modulate", bytes=3 * _bytes(x) + _bytes(y, gate, shift, scale)):
+            return fused(x, gate, y, scale=scale, shift=shift, eps=eps)
+
+    return AdalnOps(norm_modulate_k, gated_residual_k, residual_norm_modulate_k, "kernels",
+                    f"kernels.{nm.__name__}, {fused.__name__}, {gr.__name__}")

@@ -4,7 +4,9 @@ Hopper GEMMs (``gemm=quack``: both; ``gemm=quack_fc1``: fc1 + GELU only).
 As isolated GEMMs quack measured faster than cuBLAS at DiT-XL/2's shapes for these two only (fc1 with its
 GELU epilogue at 0.77x of cuBLASLt's, QKV at 0.93x; ``benchmarks/results/quack_gemm_sm_90.txt``);
 attention-out and fc2 stay in cuBLAS, where quack was slower. Inside the forward's CUDA graph, cuBLAS's QKV
-ran faster than quack's (``benchmarks/results/dit_bench_profile_final_sm_90.txt``), hence ``quack_fc1``.
+ran faster than quack's (``benchmarks/results/dit_bench_profile_final_sm_90.txt``), hence ``quack_fc1``; but
+the whole forward measured slower with it than with ``quack`` (QKV's tile-counter memset and its gaps come
+back; ``benchmarks/results/dit_bench_profile_rated_sm_90.txt``), so ``quack`` is the fastest set.
 ``resolve_gemms`` decides once and says why, so a fall-back to cuBLAS is reported, never silent.
 """
 
@@ -33,15 +35,10 @@ def cublas(reason: str) -> BlockGemms:
     return BlockGemms("cublas", reason)
 
 
-#: torch dtype name -> the dtype key of a profile's peaks
-_PEAK_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-
-
 def _gemm_amounts(flat: Any, linear: Any) -> dict[str, Any]:
-    """FLOPs of ``flat @ W.T`` (2 M N K) and its dtype key, for the profile (quack's launches have no op)."""
+    """FLOPs of ``flat @ W.T`` (2 M N K) and its dtype, for the profile (quack's launches have no op)."""
     m, k = flat.shape
-    return {"flops": 2 * m * k * linear.weight.shape[0],
-            "dtype": _PEAK_DTYPES.get(str(flat.dtype).replace("torch.", ""))}
+    return {"flops": 2 * m * k * linear.weight.shape[0], "dtype": flat.dtype}
 
 
 def quack_gemms(interface: Any, version: str, fused_qkv: bool = True, qkv_too: bool = True) -> BlockGemms:

@@ -37,7 +37,8 @@ class FastOptions:
     block_seam: bool = False
     #: the blocks' QKV and fc1 (+GELU) GEMMs: cuBLAS, or quack's CuTe-DSL Hopper GEMMs (bf16/fp16 on sm_90+,
     #: eager or graphed; elsewhere cuBLAS, the fall-back reported): ``quack`` both, ``quack_fc1`` fc1 + GELU
-    #: only (quack's QKV measured slower than cuBLAS's inside the forward); attention-out and fc2 stay in cuBLAS
+    #: only (its QKV GEMM is cuBLAS's, faster alone, but the forward measured slower: see fast/gemms.py);
+    #: attention-out and fc2 stay in cuBLAS
     gemm: str = "cublas"
     #: regional compilation: ``blocks`` compiles each transformer block, never the whole model
     compile: str = "off"

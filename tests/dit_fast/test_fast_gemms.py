@@ -114,12 +114,13 @@ def test_gemm_quack_on_the_cpu_falls_back_with_its_reason(library, tiny_referenc
 def test_resolve_hands_over_what_the_switch_names(library, qkv, monkeypatch) -> None:
     """Through ``resolve_gemms`` on a (pretended) Hopper with a stand-in quack installed: ``quack`` hands
     over QKV and fc1, ``quack_fc1`` fc1 only, and the report's ``impl`` is the switch's value."""
+    import sys
     import types
 
     stand_in = StandInQuack()
     module = types.ModuleType("quack")
     module.__version__, module.gemm_interface = "stand-in", stand_in
-    monkeypatch.setitem(__import__("sys").modules, "quack", module)
+    monkeypatch.setitem(sys.modules, "quack", module)
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
     chosen = gemms.resolve_gemms(library, torch.device("cuda"), torch.bfloat16, False)
     assert chosen.impl == library and chosen.fc1_gelu is not None and (chosen.qkv is not None) is qkv

@@ -131,6 +131,34 @@ def test_switch_matches_diffusers_within_bf16_error(switches, xl_blocks) -> None
 
 
 @pytest.mark.requires_gpu(cc=">=8.0", bf16=True)
+def test_adaln_kernels_carry_their_bytes_to_the_profile(xl_blocks, tmp_path) -> None:
+    """``adaln=kernels`` launches through the kernels package's own binding, with no torch op to count its
+    traffic: each launch is ``rated`` with its bytes, so a phase profile rates every adaLN kernel in GB/s."""
+    import json
+
+    from pytest_ditgate.bench.profiling import activities_from_trace
+
+    ref, (x, t, y), _, _ = xl_blocks
+    model = fast_transformer(ref, FastOptions.parse("adaln=kernels,block_seam=1,strict=1"))
+    with torch.inference_mode():
+        model(x.to(model.dtype), timestep=t, class_labels=y)  # the kernels' JIT build, outside the trace
+        torch.cuda.synchronize()
+        activity = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=activity) as prof:
+            model(x.to(model.dtype), timestep=t, class_labels=y)
+            torch.cuda.synchronize()
+    prof.export_chrome_trace(str(tmp_path / "trace.json"))
+    source, activities, _ = activities_from_trace(json.loads((tmp_path / "trace.json").read_text()))
+    adaln = [a for a in activities if "adaln_" in a.name or "gated_residual_" in a.name]
+    tokens = x.shape[0] * (x.shape[-1] // _CONFIG["patch_size"]) ** 2
+    width = _CONFIG["num_attention_heads"] * _CONFIG["attention_head_dim"]
+    least = 2 * tokens * width * 2  # every adaLN kernel reads and writes at least one bf16 activation
+    assert source == "device" and len(adaln) >= 2 * _CONFIG["num_layers"], [a.name for a in activities]
+    assert all(a.bytes is not None and a.bytes >= least for a in adaln), [(a.name, a.bytes, a.bytes_why)
+                                                                          for a in adaln]
+
+
+@pytest.mark.requires_gpu(cc=">=8.0", bf16=True)
 def test_graph_buckets_capture_once_per_shape_and_follow_new_inputs(xl_blocks) -> None:
     ref, (x, t, y), expected, baseline_error = xl_blocks
     model = fast_transformer(ref, FastOptions(cuda_graphs=True))

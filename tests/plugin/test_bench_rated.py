@@ -3,6 +3,8 @@ the phase profile through a profiler range's name; outside a profiler it costs n
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 from pytest_ditgate.bench.profiling import summarize_trace
@@ -34,6 +36,15 @@ def test_the_range_name_carries_the_amounts_and_reads_back() -> None:
     assert name == "ditgate::rated[quack qkv] flops=32614907904 dtype=bf16"
     assert parse_range(name) == {"label": "quack qkv", "flops": 32614907904, "bytes": None, "dtype": "bf16"}
     assert parse_range(range_name("copy", bytes=8)) == {"label": "copy", "flops": None, "bytes": 8, "dtype": None}
+
+
+def test_a_torch_dtype_names_its_peak_key() -> None:
+    """A caller passes its tensor's own dtype; one torch has no peak for is refused like a bad key."""
+    torch = pytest.importorskip("torch")
+    assert range_name("qkv", flops=1, dtype=torch.bfloat16) == "ditgate::rated[qkv] flops=1 dtype=bf16"
+    assert range_name("qkv", flops=1, dtype=torch.float8_e4m3fn).endswith("dtype=fp8")
+    with pytest.raises(DitgateUsageError, match="dtype must be one of .*got torch.int8"):
+        range_name("qkv", flops=1, dtype=torch.int8)
 
 
 @pytest.mark.parametrize("kwargs,message", [
@@ -132,3 +143,35 @@ def test_the_fast_dits_quack_gemms_are_rated() -> None:
     names = [e.name for e in prof.events() if e.name.startswith("ditgate::rated")]
     assert names == [f"ditgate::rated[quack qkv] flops={2 * 32 * 8 * 24} dtype=fp32",
                      f"ditgate::rated[quack fc1+gelu] flops={2 * 32 * 8 * 32} dtype=fp32"]
+
+
+def test_the_fast_dits_adaln_kernels_are_rated_with_their_bytes(monkeypatch) -> None:
+    """``adaln=kernels`` launches through the kernels package's own binding (no torch op): each launch is rated
+    with what it reads and writes, and the arithmetic is the package's, unchanged."""
+    torch = pytest.importorskip("torch")
+    import types
+
+    from dit_impl.fast import adaln
+
+    package = types.ModuleType("kernels")
+    package.layernorm_modulate = lambda x, scale, shift, eps: adaln.norm_modulate(x, shift, scale, eps)
+    package.gated_residual = lambda x, gate, y: adaln.gated_residual(x, gate, y)
+    package.gated_residual_layernorm_modulate = (
+        lambda x, gate, y, scale, shift, eps: adaln.residual_norm_modulate(x, gate, y, shift, scale, eps))
+    monkeypatch.setitem(sys.modules, "kernels", package)
+    ops = adaln.resolve_ops("kernels", "cuda", compiled=False)
+    assert ops.impl == "kernels", ops.reason
+    x, y = torch.randn(2, 16, 8), torch.randn(2, 16, 8)  # 1 KiB each in float32
+    gate, shift, scale = torch.randn(2, 8), torch.randn(2, 8), torch.randn(2, 8)  # 64 B each
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        out = ops.norm_modulate(x, shift, scale, 1e-6)
+        x_new = ops.gated_residual(x, gate, y)
+        fused_x, fused_out = ops.residual_norm_modulate(x, gate, y, shift, scale, 1e-6)
+    names = [e.name for e in prof.events() if e.name.startswith("ditgate::rated")]
+    assert names == ["ditgate::rated[adaln norm_modulate] bytes=2176",  # x in, out: 2 KiB; shift, scale
+                     "ditgate::rated[adaln gated_residual] bytes=3136",  # x, y in, x_new out; gate
+                     "ditgate::rated[adaln residual_norm_modulate] bytes=4288"]  # + out, shift, scale
+    torch.testing.assert_close(out, adaln.norm_modulate(x, shift, scale, 1e-6), rtol=0, atol=0)
+    torch.testing.assert_close(x_new, gate[:, None] * y + x, rtol=0, atol=0)
+    torch.testing.assert_close((fused_x, fused_out), adaln.residual_norm_modulate(x, gate, y, shift, scale, 1e-6),
+                               rtol=0, atol=0)

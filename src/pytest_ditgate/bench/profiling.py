@@ -14,9 +14,11 @@ Given the timed (untraced) median, idle is also read against it: ``max(0, timed 
 tracing inflates the host's launch gaps. A CUDA graph replay launches its kernels without ops, so they carry
 no FLOPs or bytes; given a trace of the same computation run eagerly, :func:`credit_from_eager` lends them
 the amounts of the eager run's kernels, matched by launch order (or by name where that is unambiguous).
-Rates are never invented: TFLOP/s where torch reported FLOPs for the op that launched the kernel, GB/s where the bytes are known (memcpy/memset from the trace, kernels
-from their op's recorded shapes, :mod:`pytest_ditgate.bench.traffic`); compute phases are judged in
-TFLOP/s, memory-bound ones in GB/s (rules in docs/profiling.md). Peaks come from the device profile.
+Rates are never invented: TFLOP/s where torch reported FLOPs for the op that launched the kernel, GB/s
+where the bytes are known (memcpy/memset from the trace, kernels from their op's recorded shapes,
+:mod:`pytest_ditgate.bench.traffic`), and either where a ``rated`` range names them for a launch torch
+counts nothing for (:mod:`pytest_ditgate.bench.rated`); compute phases are judged in TFLOP/s, memory-bound
+ones in GB/s (rules in docs/profiling.md). Peaks come from the device profile.
 """
 
 from __future__ import annotations

@@ -24,12 +24,22 @@ from pytest_ditgate.errors import DitgateUsageError
 PREFIX = "ditgate::rated"
 #: dtype keys a profile's peaks know (``peaks.tflops``)
 DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
+#: a torch dtype's name -> its key in DTYPES, so a caller can pass the tensor's own dtype
+_TORCH_DTYPES = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
+                 "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8"}
 _NAME = re.compile(r"^ditgate::rated\[(?P<label>[^\]]*)\](?P<fields>(?: [a-z]+=[A-Za-z0-9]+)*)$")
 
 
-def range_name(label: str, flops: int | None = None, bytes: int | None = None, dtype: str | None = None) -> str:
+def _dtype_key(dtype: Any) -> Any:
+    """A torch dtype (``torch.bfloat16``) as its key (``"bf16"``); a key, or anything else, as it is."""
+    if isinstance(dtype, str):
+        return dtype
+    return _TORCH_DTYPES.get(str(dtype).removeprefix("torch."), dtype)
+
+
+def range_name(label: str, flops: int | None = None, bytes: int | None = None, dtype: Any = None) -> str:
     """The profiler range name that carries ``flops``/``bytes``/``dtype`` (checked: non-negative integers, a
-    known dtype, a label without brackets)."""
+    known dtype key or a torch dtype that has one, a label without brackets)."""
     if not isinstance(label, str) or "[" in label or "]" in label:
         raise DitgateUsageError(f"rated label must be a string without brackets, got {label!r}")
     fields = []
@@ -39,6 +49,7 @@ def range_name(label: str, flops: int | None = None, bytes: int | None = None, d
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise DitgateUsageError(f"rated {key} must be a non-negative int, got {value!r}")
         fields.append(f"{key}={value}")
+    dtype = _dtype_key(dtype)
     if dtype is not None:
         if dtype not in DTYPES:
             raise DitgateUsageError(f"rated dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
@@ -75,7 +86,7 @@ def _profiling() -> bool:
 
 @contextmanager
 def rated(label: str, *, flops: int | None = None, bytes: int | None = None,
-          dtype: str | None = None) -> Iterator[None]:
+          dtype: Any = None) -> Iterator[None]:
     """Mark the launches inside with what they compute (``flops``) and move (``bytes``), so a phase profile
     can rate a kernel no torch op launched. A no-op unless a profiler is recording (the amounts are checked
     then: an eager hot path pays one check, not a string)."""

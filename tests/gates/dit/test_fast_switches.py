@@ -87,7 +87,7 @@ GPU_COMBOS = [
     # the fastest set with quack's QKV and fc1 + GELU GEMMs (sm_90 or newer, quack-kernels installed)
     _gpu("cuda_graphs=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack", _KERNELS, _QUACK,
          pytest.mark.requires_gpu(sdpa="cudnn")),
-    # the same with quack's fc1 + GELU only (QKV back in cuBLAS, faster there inside the forward's graph)
+    # the same with quack's fc1 + GELU only (QKV back in cuBLAS; a switch value, slower than the set above)
     _gpu("cuda_graphs=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack_fc1", _KERNELS, _QUACK,
          pytest.mark.requires_gpu(sdpa="cudnn")),
 ]
