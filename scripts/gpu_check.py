@@ -1,14 +1,30 @@
 #!/usr/bin/env python3
-"""One GPU check for a landing: every GPU suite, the benchmarks with targets, and the agent loop end to end.
+"""The GPU check for a landing, stage by stage: every GPU suite, the benchmarks with targets, the agent loop
+end to end and the plugin's own tests on the GPU host.
 
-CI runs on a CPU, so a change can land green while the GPU gates are red. This script is what a change to
-src/, kernels/, dit_impl/, tests/, golden/ or fixtures/ (or conftest.py, pyproject.toml) must pass on a GPU
-before it lands: it writes ``benchmarks/results/gpu_check.json`` with the ``tree_hash`` of the tree it
-checked, device and versions, counts per suite, every failure, every target (name, value, limit, pass) and
-the time. ``python scripts/gpu_check.py --hash`` prints the tree hash on any machine without importing
-torch, so a reviewer can see that the committed result belongs to the tree.
+CI runs on a CPU, so a change can land green while the GPU gates are red. A change to src/, kernels/,
+dit_impl/, tests/, golden/, fixtures/, conftest.py or pyproject.toml lands only with a record in
+``benchmarks/results/gpu_check.json`` that covers the tree. The record is kept per stage: each stage
+declares the files it depends on (``STAGES``), and its result is recorded with a **key**, the sha256 of those
+files (the scheme of ``--hash``), of the environment (device, driver, versions, optional packages) and of
+the stage's definition (``scripts/gpu_record.py`` says how, and the record carries the recipe, each stage's
+inputs, its files digest and key, so that anyone can recompute them). So a change costs the stages that
+read what changed, not the whole check.
 
-Stages (``--stages``, comma-separated; default all, in this order; each has a time limit):
+- ``--verify`` (any machine, no torch): exit 0 only when every stage's key, recomputed from this tree,
+  equals the recorded one, every stage passed, all on one environment, and every hashed file is an input
+  of some stage. Names each stale or red stage and what changed.
+- ``--plan`` (any machine): the stages a landing of this tree must run, with their last measured times.
+- ``--changed`` (a CUDA machine): run the stages whose key differs from the record (a changed input, a
+  changed definition or another environment) and merge their results into it. ``--budget-s`` runs them in
+  order while their last measured times fit (a device call has 10 minutes); the next ``--changed`` call,
+  with the record that call wrote, picks up the rest.
+- ``--stages A,B`` (a CUDA machine): run the named stages. A stage whose key has a result already runs
+  again only when named with the reason (``--rerun STAGE=WHY``): the new result counts, and the earlier one
+  stays in the record under ``superseded`` for a reviewer to weigh. A red stage is never run again silently.
+- ``--hash``: the hash of every hashed file (no torch), for a reviewer comparing trees.
+
+Stages (in the order they run; each has a time limit):
 
 - ``suites``: one pytest process over every GPU suite (kernels, correctness, device, bench, fast DiT, DiT
   gates), counted per suite from its JUnit XML;
@@ -19,20 +35,17 @@ Stages (``--stages``, comma-separated; default all, in this order; each has a ti
 - ``dit``: ``benchmarks/dit_bench.py`` forward only (the fast DiT-XL/2 forward against diffusers'
   torch.compile + CUDA graph, side by side);
 - ``loop``: the documented agent loop in a temporary git repository of this project (baseline, an honest
-  speedup KEEP, an empty commit 11, a quality break 10, a fixed-path edit 12, an out-of-scope edit 13).
+  speedup KEEP, an empty commit 11, a quality break 10, a fixed-path edit 12, an out-of-scope edit 13);
+- ``plugin``: the plugin's own tests and the workloads' CPU tests (tests/plugin, tests/dit_impl), all of
+  them, those marked ``gpu_check`` (too heavy for the README's tests on two cores) included, on the GPU host.
 
-It fits one 10-minute call on one H200. Where a session's device calls are shorter, run the stages in
-several calls on the same tree and combine them: ``--merge a.json b.json --json gpu_check.json`` is green
-only when the records share the tree hash and the environment and together ran every stage, each green.
-A stage may run again only when named with its reason (``--rerun STAGE=WHY``): the last result counts, and
-the earlier ones stay in the record under ``superseded`` for a reviewer to weigh.
 Logs go to ``--logs`` (default: a temporary folder).
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
+import inspect
 import json
 import os
 import subprocess
@@ -44,10 +57,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
-HASHED_DIRS = ("src", "kernels", "dit_impl", "tests", "golden", "fixtures")
-HASHED_FILES = ("conftest.py", "pyproject.toml")
-SKIPPED_DIRS = {"__pycache__", ".ditgate", ".pytest_cache", ".hypothesis", "build", "dist", ".tox"}
-SKIPPED_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".lock")  # .lock: filelock's lock files beside what they guard
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import gpu_record  # noqa: E402 - the record's keys and verification, standard library only
+from gpu_record import Stage  # noqa: E402
+
 RESULT = ROOT / "benchmarks" / "results" / "gpu_check.json"
 
 #: suite name -> test paths (relative to the root); one pytest process runs them all
@@ -62,37 +75,24 @@ SUITES = {
 #: the tolerance corpus (it times nothing): this many pytest processes share one GPU, each a shard
 CORPUS = "tests/gates/test_tolerance_corpus_gpu.py"
 CORPUS_SHARDS = 6
-#: stage -> seconds it may take (measured on the H200 with headroom). A landing runs the check in two calls
-#: of the device's 10 minutes, merged with ``--merge``: ``suites,corpus,kernels,fidelity`` (about 450 s
-#: measured) and ``dit,loop`` (about 420 s; the loop is 11 runs of the DiT lane, about 34 s each with the
-#: retrained shapes cases)
-STAGE_LIMITS = {"suites": 300, "corpus": 120, "fidelity": 200, "kernels": 120, "dit": 150, "loop": 480}
+#: the plugin stage's tests (everything that is not a GPU suite) and its xdist workers on the GPU host
+PLUGIN_TESTS = {"plugin": ["tests/plugin"], "dit_impl": ["tests/dit_impl"]}
+PLUGIN_WORKERS = 8
+#: the forward configurations dit_bench times in the check: the candidate lane's honest win, the fastest
+#: set, seamed, and seamed with quack's GEMMs, QKV and fc1 or fc1 only (where quack-kernels is missing they
+#: fall back to cuBLAS, and dit_bench's record says so in the case's report)
+DIT_CONFIGS = ("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn;cuda_graphs=1;"
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1;"
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack;"
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack_fc1")
+BENCH_ARGS = {
+    "fidelity": ["--runs", "3"],
+    "kernels": ["--dtypes", "bf16,fp32", "--budget-s", "60"],
+    "dit": ["--reps", "30", "--configs", DIT_CONFIGS],
+}
+#: the workloads (the kernel library, the DiT implementations, their goldens and fixtures)
+WORKLOADS = ("kernels/**", "dit_impl/**", "golden/**", "fixtures/**")
 
-
-# -- the tree hash (no torch, no git: the device copy of the tree has no .git) ---------------------------
-
-def hashed_files(root: Path = ROOT) -> list[Path]:
-    """Every file the hash covers, sorted by relative path."""
-    files = [root / name for name in HASHED_FILES if (root / name).is_file()]
-    for top in HASHED_DIRS:
-        for folder, dirs, names in os.walk(root / top):
-            dirs[:] = sorted(d for d in dirs if d not in SKIPPED_DIRS and not d.endswith(SKIPPED_SUFFIXES))
-            files += [Path(folder) / n for n in names if not n.endswith(SKIPPED_SUFFIXES)]
-    return sorted(files, key=lambda p: p.relative_to(root).as_posix())
-
-
-def tree_hash(root: Path = ROOT) -> str:
-    """sha256 over each covered file's relative path and bytes, in sorted order."""
-    digest = hashlib.sha256()
-    for path in hashed_files(root):
-        rel = path.relative_to(root).as_posix().encode()
-        data = path.read_bytes()
-        digest.update(b"%d:%s\0%d:" % (len(rel), rel, len(data)))
-        digest.update(data)
-    return digest.hexdigest()
-
-
-# -- running stages -------------------------------------------------------------------------------------
 
 def run_logged(command: list[str], log: Path, limit: float, cwd: Path = ROOT,
                env: dict[str, str] | None = None) -> tuple[int, float]:
@@ -187,6 +187,8 @@ def tests_result(codes: list[int], xmls: list[Path], suites: dict[str, list[str]
             "skips": skips, "passed": not any(codes) and not failures and failed == 0 and ran > 0}
 
 
+
+
 def stage_suites(logs: Path, limit: float) -> dict[str, Any]:
     xml = logs / "suites.xml"
     paths = [p for paths in SUITES.values() for p in paths if (ROOT / p).exists()]
@@ -201,6 +203,15 @@ def stage_corpus(logs: Path, limit: float, shards: int = CORPUS_SHARDS) -> dict[
              child_env(DITGATE_CORPUS_SHARD=f"{index}/{shards}")) for index, xml in enumerate(xmls)]
     codes, seconds = run_logged_together(runs, limit)
     return tests_result(codes, xmls, {"tolerance_corpus": [CORPUS]}, seconds, shards=shards)
+
+
+def stage_plugin(logs: Path, limit: float) -> dict[str, Any]:
+    """The CPU-side tests on the GPU host, in xdist workers (one torch thread each, as on a CI machine)."""
+    xml = logs / "plugin.xml"
+    paths = [p for paths in PLUGIN_TESTS.values() for p in paths]
+    command = pytest_command(xml, 20, "-n", str(PLUGIN_WORKERS), *paths)
+    code, seconds = run_logged(command, logs / "plugin.log", limit, env=child_env(OMP_NUM_THREADS="1"))
+    return tests_result([code], [xml], PLUGIN_TESTS, seconds, workers=PLUGIN_WORKERS)
 
 
 def targets_from(path: Path, convert: Callable[[dict], list[dict]]) -> tuple[list[dict], list[str]]:
@@ -286,40 +297,59 @@ def stage_loop(logs: Path, limit: float) -> dict[str, Any]:
             "passed": code == 0 and bool(targets) and not failures}
 
 
-def run_stages(stages: list[str], arch: str, logs: Path, out: Path,
-               after_each: Callable[[dict[str, Any]], None] = lambda results: None) -> dict[str, Any]:
-    runners: dict[str, Callable[[], dict[str, Any]]] = {
-        "suites": lambda: stage_suites(logs, STAGE_LIMITS["suites"]),
-        "corpus": lambda: stage_corpus(logs, STAGE_LIMITS["corpus"]),
-        "fidelity": lambda: benchmark_stage("timer_fidelity.py", ["--runs", "3"], f"timer_fidelity_{arch}.json",
-                                            fidelity_targets, logs, STAGE_LIMITS["fidelity"], out),
-        "kernels": lambda: benchmark_stage("kernels_bench.py", ["--dtypes", "bf16,fp32", "--budget-s", "60"],
-                                           f"kernels_bench_{arch}.json", kernels_targets, logs,
-                                           STAGE_LIMITS["kernels"], out),
-        "dit": lambda: benchmark_stage("dit_bench.py", ["--reps", "30", "--configs", DIT_CONFIGS],
-                                       f"dit_bench_{arch}.json", dit_targets, logs, STAGE_LIMITS["dit"], out),
-        "loop": lambda: stage_loop(logs, STAGE_LIMITS["loop"]),
+
+
+def _source(*functions: Callable[..., Any]) -> str:
+    return "".join(inspect.getsource(f) for f in functions)
+
+
+def _suite_paths(suites: dict[str, list[str]]) -> str:
+    return " ".join(p for paths in suites.values() for p in paths)
+
+
+#: the stages in the order they run: what each reads besides src/, conftest.py and pyproject.toml (every
+#: stage reads those), what it runs and its time limit (measured on the H200, with headroom)
+STAGES = [
+    Stage("suites", ("tests/conftest.py", *[f"{p}/**" if not p.endswith(".py") else p
+                                            for paths in SUITES.values() for p in paths], *WORKLOADS),
+          f"pytest --ditgate {_suite_paths(SUITES)}", 300, _source(tests_result)),
+    Stage("corpus", ("tests/conftest.py", CORPUS, "tests/plugin/test_tolerance_corpus.py"),
+          f"pytest --ditgate {CORPUS} in {CORPUS_SHARDS} shards", 120, _source(tests_result)),
+    Stage("fidelity", ("benchmarks/timer_fidelity.py", "benchmarks/harness.py"),
+          "benchmarks/timer_fidelity.py " + " ".join(BENCH_ARGS["fidelity"]), 200, _source(fidelity_targets)),
+    Stage("kernels", ("benchmarks/kernels_bench.py", "benchmarks/harness.py", "kernels/**"),
+          "benchmarks/kernels_bench.py " + " ".join(BENCH_ARGS["kernels"]), 120, _source(kernels_targets)),
+    Stage("dit", ("benchmarks/dit_bench.py", "benchmarks/harness.py", "dit_impl/**", "kernels/**"),
+          "benchmarks/dit_bench.py " + " ".join(BENCH_ARGS["dit"]), 150, _source(dit_targets, _target)),
+    Stage("loop", ("scripts/agent_loop_check.py", "tests/conftest.py", "tests/gates/dit/**", *WORKLOADS),
+          "scripts/agent_loop_check.py", 480, _source(stage_loop)),
+    # the plugin's tests read nearly everything: the workloads (the judge's real lane, the JIT build), the
+    # benchmarks and scripts they load, the workflow file and the agent loop's doc
+    Stage("plugin", ("tests/**", *WORKLOADS, "benchmarks/*.py", "scripts/**", ".github/workflows/**",
+                     "docs/agent_loop.md", "tox.ini"),
+          f"pytest --ditgate -n {PLUGIN_WORKERS} {_suite_paths(PLUGIN_TESTS)}", 300, _source(tests_result)),
+]
+BY_NAME = {stage.name: stage for stage in STAGES}
+
+
+# -- running stages and keeping the record ----------------------------------------------------------------
+
+def runner(stage: str, arch: str, logs: Path, out: Path) -> Callable[[], dict[str, Any]]:
+    limit = BY_NAME[stage].limit_s
+    bench = {
+        "fidelity": ("timer_fidelity.py", f"timer_fidelity_{arch}.json", fidelity_targets),
+        "kernels": ("kernels_bench.py", f"kernels_bench_{arch}.json", kernels_targets),
+        "dit": ("dit_bench.py", f"dit_bench_{arch}.json", dit_targets),
     }
-    results = {}
-    for stage in stages:
-        print(f"[gpu_check] {stage} ...", flush=True)
-        results[stage] = runners[stage]()
-        print(f"[gpu_check] {stage}: {'PASS' if results[stage]['passed'] else 'FAIL'} "
-              f"in {results[stage]['seconds']} s", flush=True)
-        after_each(results)
-    return results
-
-
-#: the forward configurations dit_bench times in the check: the candidate lane's honest win, the fastest
-#: set, seamed, and seamed with quack's GEMMs, QKV and fc1 or fc1 only (where quack-kernels is missing they
-#: fall back to cuBLAS, and dit_bench's record says so in the case's report)
-DIT_CONFIGS = ("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn;cuda_graphs=1;"
-               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1;"
-               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack;"
-               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack_fc1")
+    if stage in bench:
+        script, result_name, convert = bench[stage]
+        return lambda: benchmark_stage(script, BENCH_ARGS[stage], result_name, convert, logs, limit, out)
+    return {"suites": lambda: stage_suites(logs, limit), "corpus": lambda: stage_corpus(logs, limit),
+            "loop": lambda: stage_loop(logs, limit), "plugin": lambda: stage_plugin(logs, limit)}[stage]
 
 
 def environment() -> dict[str, Any]:
+    """The device and software a result holds for; part of every stage's key."""
     import torch
 
     info: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0]}
@@ -344,145 +374,174 @@ def environment() -> dict[str, Any]:
 
 
 #: optional distributions whose presence changes what the check runs (diffusers: the DiT stages and the
-#: quality metrics; quack-kernels and the CuTe DSL: gemm=quack's tests, gate and dit_bench case)
-OPTIONAL_PACKAGES = ("diffusers", "quack-kernels", "nvidia-cutlass-dsl")
+#: quality metrics; quack-kernels and the CuTe DSL: gemm=quack's tests, gate and dit_bench case; lpips and
+#: open-clip-torch: the quality weights' tests)
+OPTIONAL_PACKAGES = ("diffusers", "quack-kernels", "nvidia-cutlass-dsl", "lpips", "open-clip-torch")
 
 
 def optional_packages() -> dict[str, str | None]:
-    """The installed version of each optional package (None: missing). Part of the environment, so calls
-    merged into one record must have had the same ones: a stage run without quack does not stand in for
-    one with it."""
+    """The installed version of each optional package (None: missing). Part of the environment, so a stage
+    run without quack does not stand in for one with it."""
     from pytest_ditgate.toolchain import package_version
 
     return {name: package_version(name) for name in OPTIONAL_PACKAGES}
 
 
-def print_table(record: dict[str, Any]) -> None:
-    print(f"\n=== gpu_check on {record['environment'].get('device')} ({record['environment'].get('arch')}), "
-          f"tree {record['tree_hash'][:12]}, {record['seconds']:.0f} s ===")
-    packages = record["environment"].get("packages")
-    if packages:
-        print("packages: " + ", ".join(f"{name} {version or 'missing'}" for name, version in packages.items()))
-    for stage, result in record["stages"].items():
+def load_record(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except ValueError as exc:
+        raise SystemExit(f"gpu_check: {path} is not JSON ({exc}); restore it from git") from exc
+
+
+def plan(record: dict[str, Any], environment: dict[str, Any] | None = None) -> list[tuple[Stage, str, str]]:
+    """(stage, status, why) for every stage against this tree; ``environment`` is the machine's when running."""
+    entries = record.get("stages", {}) if record.get("schema") == gpu_record.SCHEMA else {}
+    return [(stage, *gpu_record.stage_status(entries.get(stage.name), stage, gpu_record.state_of(stage, ROOT),
+                                             environment)) for stage in STAGES]
+
+
+def expected_seconds(record: dict[str, Any], stage: Stage) -> float:
+    """The stage's last measured time, or its limit when it never ran."""
+    seconds = ((record.get("stages") or {}).get(stage.name) or {}).get("result", {}).get("seconds")
+    return float(seconds) if seconds is not None else float(stage.limit_s)
+
+
+def within_budget(stages: list[Stage], record: dict[str, Any], budget_s: float | None) -> tuple[list[Stage], list[Stage]]:
+    """The stages to run now (in order, while their expected times fit ``budget_s``) and those left over."""
+    if budget_s is None:
+        return stages, []
+    now, later, spent = [], [], 0.0
+    for stage in stages:
+        need = expected_seconds(record, stage)
+        (now if spent + need <= budget_s else later).append(stage)
+        spent += need if stage in now else 0.0
+    return now, later
+
+
+def print_table(record: dict[str, Any], title: str) -> None:
+    print(f"\n=== {title} ===")
+    for name, entry in record.get("stages", {}).items():
+        result = entry.get("result", {})
         counts = result.get("counts")
+        targets = result.get("targets", [])
         detail = (" ".join(f"{s}={c['passed']}/{c['failed'] + c['errors']}/{c['skipped']}" for s, c in counts.items())
-                  if counts else f"{sum(t['pass'] for t in result.get('targets', []))}/{len(result.get('targets', []))} targets")
-        print(f"{'PASS' if result['passed'] else 'FAIL':5s} {stage:9s} {result['seconds']:6.0f} s  {detail}")
+                  if counts else f"{sum(t['pass'] for t in targets)}/{len(targets)} targets")
+        print(f"{'PASS' if result.get('passed') else 'FAIL':5s} {name:9s} {result.get('seconds', 0):6.0f} s  "
+              f"key {entry.get('key', '')[:12]}  {detail}")
         for failure in result.get("failures", [])[:12]:
             print(f"        {failure}")
-    for entry in record.get("superseded", []):
-        earlier = entry["result"]
-        print(f"      {entry['stage']}: an earlier run ({'PASS' if earlier.get('passed') else 'FAIL'}) superseded: "
-              f"{entry['reason']}")
-        for failure in earlier.get("failures", [])[:4]:
-            print(f"        was: {failure}")
-    print(f"GREEN: {record['green']}")
+        for earlier in entry.get("superseded", []):
+            print(f"      an earlier run on the same key ({'PASS' if (earlier.get('result') or {}).get('passed') else 'FAIL'}) "
+                  f"superseded: {earlier['reason']}")
 
 
-def merge_records(records: list[dict[str, Any]], reruns: dict[str, str] | None = None) -> dict[str, Any]:
-    """One record from checks of the same tree on the same device and software, each running other stages
-    (for sessions whose device calls are shorter than the whole check). Green only when together they ran
-    every stage, each passed, and no tree changed while its check ran; every call is listed. A stage named
-    in ``reruns`` (stage -> why it ran again) may run in several checks: the last result counts, and every
-    earlier one stays in the record under ``superseded``, with the reason, for a reviewer to weigh."""
-    reruns = reruns or {}
-    first = records[0]
-    problems = []
-    for record in records[1:]:
-        if record.get("tree_hash") != first.get("tree_hash"):
-            problems.append(f"tree hashes differ: {first.get('tree_hash')} and {record.get('tree_hash')}")
-        if record.get("environment") != first.get("environment"):
-            problems.append("the checks ran on different devices or software: "
-                            f"{first.get('environment')} and {record.get('environment')}")
-    stages: dict[str, Any] = {}
-    superseded: list[dict[str, Any]] = []
-    for record in records:
-        if record.get("partial"):
-            problems.append(f"a check did not finish (partial record of {', '.join(record.get('stages', {}))})")
-        if record.get("tree_hash_after", record.get("tree_hash")) != record.get("tree_hash"):
-            problems.append("the tree changed while a check ran")
-        for stage, result in record.get("stages", {}).items():
-            if stage in stages and stage in reruns:
-                superseded.append({"stage": stage, "reason": reruns[stage], "result": stages[stage]})
-            elif stage in stages:
-                problems.append(f"stage {stage} ran in more than one check")
-            stages[stage] = result
-    ordered = {stage: stages[stage] for stage in STAGE_LIMITS if stage in stages}
-    missing = [stage for stage in STAGE_LIMITS if stage not in stages]
-    if missing:
-        problems.append(f"no check ran: {', '.join(missing)}")
-    once = sorted(set(reruns) - {entry["stage"] for entry in superseded})
-    if once:
-        problems.append(f"named as run again, but ran once: {', '.join(once)}")
-    return {"tree_hash": first.get("tree_hash"), "environment": first.get("environment"),
-            "stages_run": list(ordered), "started": min(str(r.get("started")) for r in records),
-            "seconds": round(sum(float(r.get("seconds", 0)) for r in records), 1), "stages": ordered,
-            "tree_hash_after": first.get("tree_hash"),
-            "calls": [{"started": r.get("started"), "seconds": r.get("seconds"), "stages": list(r.get("stages", {}))}
-                      for r in records],
-            "superseded": superseded,
-            "problems": problems, "green": not problems and all(r["passed"] for r in ordered.values())}
+def run_check(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    record_path, out_path = Path(ns.record), Path(ns.json or ns.record)
+    record = load_record(record_path)
+    reruns = dict(item.split("=", 1) for item in ns.rerun if "=" in item)
+    if len(reruns) != len(ns.rerun) or not all(reruns.values()):
+        parser.error("--rerun takes STAGE=WHY, with a reason")
+    named = [s for s in (ns.stages or "").split(",") if s] + [s for s in reruns if s not in (ns.stages or "")]
+    unknown = [s for s in named if s not in BY_NAME]
+    if unknown:
+        parser.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(BY_NAME)}")
+    try:
+        env = environment()
+    except ImportError as exc:
+        print(f"gpu_check needs torch with CUDA to run stages ({exc}); use --verify or --plan without it",
+              file=sys.stderr)
+        return 2
+    if env["arch"] == "cpu":
+        print("gpu_check needs a CUDA GPU; none is visible (use --verify or --plan on a CPU)", file=sys.stderr)
+        return 2
+    states = {status_stage.name: (status, why) for status_stage, status, why in plan(record, env)}
+    chosen = [s for s in STAGES if s.name in named or (ns.changed and states[s.name][0] == "stale")]
+    refused = [s.name for s in chosen if states[s.name][0] != "stale" and s.name not in reruns]
+    if refused:
+        parser.error(f"{', '.join(refused)} already ha{'s' if len(refused) == 1 else 've'} a result on this key "
+                     "(fresh or red); run again only with --rerun STAGE=WHY")
+    red = [s.name for s in STAGES if states[s.name][0] == "red" and s.name not in reruns]
+    chosen, later = within_budget(chosen, record, ns.budget_s)
+    for stage in STAGES:
+        status, why = states[stage.name]
+        mark = "run" if stage in chosen else "later" if stage in later else "-"
+        print(f"[gpu_check] {stage.name:9s} {status:5s} {mark:5s} {why}", flush=True)
+    logs = Path(ns.logs) if ns.logs else Path(tempfile.mkdtemp(prefix="gpu_check-"))
+    out = Path(ns.out) if ns.out else logs / "results"
+    out.mkdir(parents=True, exist_ok=True)
+    for stage in chosen:
+        state = gpu_record.state_of(stage, ROOT)
+        started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        print(f"[gpu_check] {stage.name} ...", flush=True)
+        result = runner(stage.name, env["arch"], logs, out)()
+        if gpu_record.state_of(stage, ROOT).files_sha256 != state.files_sha256:
+            result["passed"] = False
+            result.setdefault("failures", []).insert(0, "its inputs changed while it ran")
+        record = gpu_record.merge(record, stage, state, env, result, started, reruns.get(stage.name))
+        record["tree_hash"] = tree_hash()
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        out_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        print(f"[gpu_check] {stage.name}: {'PASS' if result['passed'] else 'FAIL'} in {result['seconds']} s", flush=True)
+    print_table(record, f"gpu_check on {env.get('device')} ({env.get('arch')}), tree {tree_hash()[:12]}")
+    if later:
+        print(f"left for the next --changed call: {', '.join(s.name for s in later)}")
+    if red:
+        print(f"red, not run again (name them with --rerun STAGE=WHY): {', '.join(red)}")
+    ok, lines = gpu_record.verify(record, STAGES, ROOT)
+    print(f"GREEN: {ok}")
+    return 0 if ok else 1
+
+
+def tree_hash(root: Path | None = None) -> str:
+    """sha256 over every hashed file's relative path and bytes, in sorted order."""
+    root = root or ROOT
+    return gpu_record.digest(gpu_record.hashed_files(root), root)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hash", action="store_true", help="print the tree hash and exit (no torch needed)")
-    parser.add_argument("--stages", default=",".join(STAGE_LIMITS), help=f"comma-separated of {', '.join(STAGE_LIMITS)}")
-    parser.add_argument("--json", default=str(RESULT), help="where to write the record")
+    parser.add_argument("--verify", action="store_true",
+                        help="exit 0 only when the record covers this tree: every stage fresh and green (no torch)")
+    parser.add_argument("--plan", action="store_true",
+                        help="the stages this tree must run on a GPU before it lands, with their last times (no torch)")
+    parser.add_argument("--changed", action="store_true", help="run the stages whose key differs from the record")
+    parser.add_argument("--stages", default=None, help=f"comma-separated stages to run, of {', '.join(BY_NAME)}")
+    parser.add_argument("--rerun", action="append", default=[], metavar="STAGE=WHY",
+                        help="run STAGE again on a key that has a result (green or red), because WHY; the "
+                             "earlier result stays in the record under 'superseded'")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="run stages only while their last measured times fit this many seconds")
+    parser.add_argument("--record", default=str(RESULT), help="the record to read (default: the committed one)")
+    parser.add_argument("--json", default=None, help="where to write the merged record (default: --record)")
     parser.add_argument("--logs", default=None, help="folder for logs (default: a temporary folder)")
     parser.add_argument("--out", default=None, help="folder for benchmark results (default: beside the logs)")
-    parser.add_argument("--merge", nargs="+", default=None, metavar="JSON",
-                        help="combine records of the same tree that ran other stages into --json (no GPU needed)")
-    parser.add_argument("--rerun", action="append", default=[], metavar="STAGE=WHY",
-                        help="with --merge: STAGE ran again in a later record, because WHY; the last result counts "
-                             "and the earlier ones are kept in the record under 'superseded'")
     ns = parser.parse_args(argv)
     if ns.hash:
         print(tree_hash())
         return 0
-    if ns.merge:
-        reruns = dict(item.split("=", 1) for item in ns.rerun if "=" in item)
-        if len(reruns) != len(ns.rerun) or not all(reruns.values()):
-            parser.error("--rerun takes STAGE=WHY, with a reason")
-        record = merge_records([json.loads(Path(p).read_text()) for p in ns.merge], reruns)
-        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(ns.json).write_text(json.dumps(record, indent=1, default=str) + "\n")
-        print_table(record)
-        for problem in record["problems"]:
-            print(f"problem: {problem}")
-        return 0 if record["green"] else 1
-    stages = [s for s in ns.stages.split(",") if s]
-    unknown = [s for s in stages if s not in STAGE_LIMITS]
-    if unknown:
-        parser.error(f"unknown stage(s) {', '.join(unknown)}; choose from {', '.join(STAGE_LIMITS)}")
-    started = time.time()
-    digest = tree_hash()
-    logs = Path(ns.logs) if ns.logs else Path(tempfile.mkdtemp(prefix="gpu_check-"))
-    logs.mkdir(parents=True, exist_ok=True)
-    out = Path(ns.out) if ns.out else logs / "results"
-    out.mkdir(parents=True, exist_ok=True)
-    env = environment()
-    if env["arch"] == "cpu":
-        print("gpu_check needs a CUDA GPU; none is visible (use --hash on a CPU)", file=sys.stderr)
-        return 2
-    def partial(results: dict[str, Any]) -> None:  # a check killed at its limit still leaves what it measured
-        Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(ns.json).write_text(json.dumps({"tree_hash": digest, "environment": env, "partial": True,
-                                             "stages": results, "green": False}, indent=1, default=str) + "\n")
-
-    results = run_stages(stages, env["arch"], logs, out, partial)
-    record = {"tree_hash": digest, "environment": env, "stages_run": stages,
-              "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-              "seconds": round(time.time() - started, 1), "stages": results,
-              "tree_hash_after": tree_hash(),
-              "green": all(r["passed"] for r in results.values()) and stages == list(STAGE_LIMITS)}
-    if record["tree_hash_after"] != digest:
-        record["green"] = False
-        record.setdefault("problems", []).append("the tree changed while the check ran (files under hashed paths)")
-    Path(ns.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(ns.json).write_text(json.dumps(record, indent=1, default=str) + "\n")
-    print_table(record)
-    return 0 if record["green"] else 1
+    if ns.verify or ns.plan:
+        record = load_record(Path(ns.record))
+        ok, lines = gpu_record.verify(record, STAGES, ROOT)
+        if ns.plan:
+            due = [(stage, why) for stage, status, why in plan(record) if status != "fresh"]
+            total = sum(expected_seconds(record, stage) for stage, _ in due)
+            print(f"{len(due)} of {len(STAGES)} stages to run on a GPU, about {total:.0f} s of device time "
+                  "(their last measured times; a stage that never ran counts its limit):")
+            for stage, why in due:
+                print(f"  {stage.name:9s} {expected_seconds(record, stage):6.0f} s  {why}")
+            return 0
+        print("\n".join(lines))
+        shown = Path(ns.record).resolve()
+        print(f"gpu_check --verify: {'the record covers this tree' if ok else 'the record does not cover this tree'} "
+              f"({shown.relative_to(ROOT) if shown.is_relative_to(ROOT) else shown})")
+        return 0 if ok else 1
+    if not ns.changed and not ns.stages and not ns.rerun:
+        parser.error("say what to run: --changed, --stages A,B or --rerun STAGE=WHY (or --verify, --plan, --hash)")
+    return run_check(ns, parser)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One device call of the GPU check: set up the GPU machine (benchmarks/gpu/setup_env.sh: the .whl/ wheels,
+# quack when stage_quack.sh installed it, the project editable), run scripts/gpu_check.py with the arguments
+# given (e.g. --changed --budget-s 500), and leave under $OUT what must come back: the merged record
+# (gpu_check.json: copy it to benchmarks/results/ before the next call or the commit), the benchmark results
+# and the logs packed in one archive (a call returns at most 8 files). Prints the check's table last.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:?gpu_check_call.sh runs on the device machine, where OUT names the folder that comes back}
+mkdir -p "$OUT/logs" "$OUT/results"
+source benchmarks/gpu/setup_env.sh "$OUT/logs/pip.log"
+python3 scripts/gpu_check.py --json "$OUT/gpu_check.json" --logs "$OUT/logs" --out "$OUT/results" "$@" \
+    > "$OUT/logs/gpu_check.log" 2>&1
+status=$?
+tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs results && rm -rf "$OUT/logs" "$OUT/results"
+tail -n 40 < <(tar -xzOf "$OUT/logs.tar.gz" logs/gpu_check.log)
+exit $status
