@@ -291,10 +291,15 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo) -> Any:
 
 
 def _peak_device_memory() -> int | None:
-    """This process's peak CUDA memory so far (None when it never used CUDA; torch is never imported here)."""
+    """This process's peak CUDA memory so far (None when it never used CUDA; torch is never imported here).
+    Never raises: a test may have patched ``torch.cuda`` to fail, and a report hook that raises would end
+    the whole session (an xdist worker's INTERNALERROR) instead of reporting that one test."""
     import sys
 
     torch = sys.modules.get("torch")
-    if torch is None or not torch.cuda.is_initialized():
+    try:
+        if torch is None or not torch.cuda.is_initialized():
+            return None
+        return int(torch.cuda.max_memory_allocated())
+    except Exception:  # noqa: BLE001 - a broken or patched CUDA runtime: no peak to report
         return None
-    return int(torch.cuda.max_memory_allocated())
