@@ -48,7 +48,7 @@ DEFAULT_CONFIGS = (
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1",
     "compile=blocks,cuda_graphs=1,gelu_epilogue=1,sdpa=cudnn",
 )
-#: the fastest switch set measured so far (the sampling fallback when no forward was timed in the run)
+#: the sampling fallback when no forward was timed in the run: a fast set that needs no optional package
 FASTEST = "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn"
 #: rel-L2 bound against diffusers float32: the fast bf16 model must be as close as diffusers bf16 is
 CHECK_FACTOR, CHECK_FLOOR = 2.0, 2e-3
@@ -66,8 +66,7 @@ def provenance() -> dict[str, Any]:
         except Exception:  # noqa: BLE001
             info[name] = None
     try:
-        from pytest_ditgate.device import real_device
-        from pytest_ditgate.environment import environment_record
+        from harness import environment_record, real_device
 
         device = real_device()
         info["device"] = device.to_dict()

@@ -93,8 +93,7 @@ def main() -> int:
 
     from dit_impl.baseline import load_model
     from dit_impl.corpus import load_corpus, select
-    from pytest_ditgate.device import real_device
-    from pytest_ditgate.environment import environment_record
+    from harness import environment_record, real_device
 
     device = real_device()
     results: dict[str, Any] = {"benchmark": "dit_golden", "environment": environment_record(device, cwd=ROOT),

@@ -1,5 +1,6 @@
-"""What every benchmark script shares: the repository on ``sys.path``, logging, guarded steps, and the
-device's provenance and measured GEMM peak.
+"""What every benchmark script shares: the repository on ``sys.path``, logging, guarded steps, the
+device's provenance and measured GEMM peak, and the benchmarks' only door into the package's non-public
+modules (:data:`INTERNAL`).
 
 Importing this module puts the repository root (for ``kernels``/``dit_impl``) and ``src`` (for an
 uninstalled ``pytest_ditgate``) first on ``sys.path``: the scripts run as ``python benchmarks/<name>.py``.
@@ -7,16 +8,59 @@ uninstalled ``pytest_ditgate``) first on ``sys.path``: the scripts run as ``pyth
 
 from __future__ import annotations
 
+import importlib
 import sys
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 for _path in (str(ROOT / "src"), str(ROOT)):
     if _path not in sys.path:
         sys.path.insert(0, _path)
+
+#: What the benchmarks take from the package's non-public modules: name -> (module, why). Everything else of
+#: ``pytest_ditgate`` they take from its public API. The scripts import these names from here
+#: (``from harness import Ledger``, inside the function that needs it), and each is resolved on first use:
+#: importing harness imports none of the package, and a script imports only the modules it uses. A change
+#: here, or of one of these names in the package, is a change of this surface (benchmarks/README.md).
+INTERNAL: dict[str, tuple[str, str]] = {
+    # provenance: every result file carries the plugin's own record of the machine
+    "real_device": ("pytest_ditgate.device", "the detected device, never a profile"),
+    "arch_label": ("pytest_ditgate.device", "the arch key (sm_90) that names results, goldens and ledgers"),
+    "environment_record": ("pytest_ditgate.environment", "the record the plugin writes beside its own numbers"),
+    # phase profiles, as ``pytest --ditgate --ditgate-profile`` takes and prints them (dit_bench)
+    "Call": ("pytest_ditgate.bench.timers", "a callable as the tracer takes it"),
+    "profile_call": ("pytest_ditgate.bench.tracing", "the phase profile of one traced call"),
+    "profile_row": ("pytest_ditgate.bench.report", "one labelled row of the phase table"),
+    "profile_lines": ("pytest_ditgate.bench.report", "the phase table's lines"),
+    "peaks_for": ("pytest_ditgate.profiles", "the device profile's measured GEMM peak that rates a phase"),
+    # what a benchmark measures is itself internal
+    "Ledger": ("pytest_ditgate.bench.ledger", "timer_fidelity times the bench ledger's write"),
+    "Evidence": ("pytest_ditgate.experiment.observe", "observer_overhead: what the judge's observer collects"),
+    "make_observer": ("pytest_ditgate.experiment.observe", "observer_overhead: the observer it times"),
+    # the quality gate's own metrics and checks, on the calibration's records (shapes_calibration, shapes_steps)
+    "psnr_per_image": ("pytest_ditgate.quality.metrics", "a pixel metric of the contract, per image"),
+    "ssim_per_image": ("pytest_ditgate.quality.metrics", "a pixel metric of the contract, per image"),
+    "worst_tile_mae_per_image": ("pytest_ditgate.quality.metrics", "a pixel metric of the contract, per image"),
+    "rel_l2": ("pytest_ditgate.quality.metrics", "a latent metric of the contract"),
+    "cosine_similarity": ("pytest_ditgate.quality.metrics", "a latent metric of the contract"),
+    "class_accuracy": ("pytest_ditgate.quality.learned", "a learned metric of the contract"),
+    "frechet_distance": ("pytest_ditgate.quality.learned", "a learned metric of the contract"),
+    "judge_recorded": ("pytest_ditgate.quality.evaluate", "the contract's checks replayed on recorded values"),
+}
+
+
+def internal(name: str) -> Any:
+    """The name ``name`` of :data:`INTERNAL`, its module imported on first use."""
+    if name not in INTERNAL:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(INTERNAL[name][0]), name)
+    globals()[name] = value
+    return value
+
+
+__getattr__ = internal  # ``from harness import real_device`` (PEP 562)
 
 
 def log(*parts: Any) -> None:
@@ -36,37 +80,12 @@ def guarded(results: dict, key: str, fn: Callable[[], Any]) -> Any:
     return value
 
 
-class WrongResult(Exception):
-    """A probe's case computed something else than its reference: recorded, never timed."""
-
-
-def check_result(error: float, bound: float, reference: str) -> None:
-    """Raise :class:`WrongResult` unless ``error`` (rel-L2 against the reference) is within ``bound`` (NaN is not)."""
-    if not error <= bound:
-        raise WrongResult(f"rel-L2 {error:.3e} against {reference}, bound {bound:.3e}")
-
-
-@contextmanager
-def one_case(entry: dict, tag: str, label: str) -> Iterator[None]:
-    """One case of a probe: a wrong result or an error is recorded in ``entry["error"]`` and logged, and the
-    next case runs (one case failing must not lose the others)."""
-    try:
-        yield
-    except WrongResult as exc:
-        entry["error"] = f"wrong result: {exc}"
-        log(f"[{tag}] {label}: {entry['error']}")
-    except Exception as exc:  # noqa: BLE001
-        entry["error"] = f"{type(exc).__name__}: {str(exc)[:400]}"
-        log(f"[{tag}] {label}: {entry['error']}")
-
-
 def phase_profile(call: Callable[[], Any], label: str, folder: Path, test: str, timed_ms: float,
                   eager: Callable[[], Any] | None = None) -> dict[str, Any]:
     """The project's phase profile of one traced run of ``call`` (GEMM, attention, elementwise, copies, idle;
     top kernels; a Perfetto trace under ``folder/profiles/``), taken after its timing. ``eager``: where
     ``call`` replays a CUDA graph, the same computation without it, whose kernels lend theirs FLOPs and bytes."""
-    from pytest_ditgate.bench.timers import Call
-    from pytest_ditgate.bench.tracing import profile_call
+    Call, profile_call = internal("Call"), internal("profile_call")
 
     return profile_call(Call(call), label=label, artefact_dir=folder, test=test, timed_ms=timed_ms,
                         eager=None if eager is None else Call(eager)).to_dict()
@@ -74,7 +93,7 @@ def phase_profile(call: Callable[[], Any], label: str, folder: Path, test: str, 
 
 def phase_table(profiles: list[tuple[str, dict[str, Any] | None]]) -> str:
     """Labelled phase profiles as ``pytest --ditgate --ditgate-profile`` prints them (missing ones left out)."""
-    from pytest_ditgate.bench.report import profile_lines, profile_row
+    profile_lines, profile_row = internal("profile_lines"), internal("profile_row")
 
     return "\n".join(profile_lines([profile_row(label, profile) for label, profile in profiles if profile]))
 
@@ -82,8 +101,7 @@ def phase_table(profiles: list[tuple[str, dict[str, Any] | None]]) -> str:
 def gemm_peak_tflops() -> tuple[float | None, str]:
     """The device profile's measured bf16 GEMM peak (TFLOP/s), or None, and where it comes from."""
     try:
-        from pytest_ditgate.device import real_device
-        from pytest_ditgate.profiles import peaks_for
+        real_device, peaks_for = internal("real_device"), internal("peaks_for")
 
         device = real_device()  # looked up as the phase profiles look it up (bench.tracing.profile_call)
         peaks, note = peaks_for(device.name, device.arch)
@@ -95,7 +113,6 @@ def gemm_peak_tflops() -> tuple[float | None, str]:
 
 def environment() -> dict[str, Any]:
     """The project's provenance record of this machine (device, versions, host, commit, time)."""
-    from pytest_ditgate.device import real_device
-    from pytest_ditgate.environment import environment_record
+    real_device, environment_record = internal("real_device"), internal("environment_record")
 
     return environment_record(real_device())

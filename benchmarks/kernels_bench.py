@@ -11,9 +11,9 @@ The ``compile`` baseline is compiled afresh per case (``torch._dynamo.reset()``,
 reference's code object) after the other checks, checked without the poisoning dispatch mode, and its
 compiled graph counts its own runs: the JSON says per case whether the compiled code ran while it was
 timed, dynamo's counters, and flags a compile time within 1 % of eager as suspect. Why: dynamo skips a
-frame that runs under a non-infra ``TorchDispatchMode`` (``check_kernel``'s ``PoisonEmpty``), and before
-the fix for pytorch issue 190286 (torch 2.11 on the H200) it marked the code object SKIP for good, so
-every later call of the compiled reference ran eager (and a second shape compiled 0 graphs).
+frame that runs under a non-infra ``TorchDispatchMode`` (``check_kernel``'s ``PoisonEmpty``), and without
+the fix for pytorch issue 190286 (torch 2.11 on the H200 lacks it) it marks the code object SKIP for good,
+so every later call of the compiled reference runs eager (and a second shape compiles 0 graphs).
 
     python benchmarks/kernels_bench.py --out benchmarks/results
 """
@@ -322,9 +322,7 @@ def cache_hit_load(results, op="adaln", dtype="bf16"):
 
 
 def provenance():
-    from pytest_ditgate.device import real_device
-    from pytest_ditgate.environment import environment_record
-
+    from harness import environment_record, real_device
     from kernels.jit.toolkit import find_toolkit
 
     device = real_device()

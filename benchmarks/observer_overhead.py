@@ -77,7 +77,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path)
     args = parser.parse_args()
 
-    from pytest_ditgate.experiment.observe import Evidence, make_observer
+    from harness import Evidence, make_observer
 
     run = workload(args.device, args.width, args.layers)
     evidence = Evidence()

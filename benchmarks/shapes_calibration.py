@@ -85,19 +85,19 @@ def sample_images(model: Any, kwargs: dict[str, Any], context: Callable[[], Any]
 
 
 def pair_metrics(images: Any, latents: Any, ref_images: Any, ref_latents: Any) -> dict[str, float]:
-    from pytest_ditgate.quality import metrics as M
+    from harness import cosine_similarity, psnr_per_image, rel_l2, ssim_per_image, worst_tile_mae_per_image
 
-    return {"psnr": float(M.psnr_per_image(images, ref_images).min()),
-            "ssim": float(M.ssim_per_image(images, ref_images).min()),
-            "worst_tile_mae": float(M.worst_tile_mae_per_image(images, ref_images, 16).max()),
-            "rel_l2": M.rel_l2(latents, ref_latents), "cosine": M.cosine_similarity(latents, ref_latents)}
+    return {"psnr": float(psnr_per_image(images, ref_images).min()),
+            "ssim": float(ssim_per_image(images, ref_images).min()),
+            "worst_tile_mae": float(worst_tile_mae_per_image(images, ref_images, 16).max()),
+            "rel_l2": rel_l2(latents, ref_latents), "cosine": cosine_similarity(latents, ref_latents)}
 
 
 def learned_metrics(scorer: Any, images: Any, labels: list[int]) -> dict[str, float]:
-    from pytest_ditgate.quality import learned
+    from harness import class_accuracy, frechet_distance
 
-    return {"class_accuracy": learned.class_accuracy(scorer, images, labels),
-            "frechet_distance": learned.frechet_distance(scorer, images)}
+    return {"class_accuracy": class_accuracy(scorer, images, labels),
+            "frechet_distance": frechet_distance(scorer, images)}
 
 
 def summarise(values: list[float]) -> dict[str, float]:
@@ -191,7 +191,7 @@ def contract_with(limits: dict[str, Any], base_contract: Path) -> Any:
     fixtures/quality_contract.toml holds)."""
     import tomllib
 
-    from pytest_ditgate.quality.contract import contract_from_dict
+    from pytest_ditgate.quality import contract_from_dict
 
     data = tomllib.loads(base_contract.read_text(encoding="utf-8"))
     metrics = data["metrics"]
@@ -215,7 +215,7 @@ def replay(contract: Any, record: dict[str, Any], variant: str, experiment_class
     one seed set: pixel/latent metrics are against the float32 baseline; learned metrics against ``baseline``.
     Pixel metrics exist only against the 50-step baseline, so another ``baseline`` is judged on the learned
     metrics (what the approximate class judges on these cases)."""
-    from pytest_ditgate.quality.evaluate import judge_recorded
+    from harness import judge_recorded
 
     raw = record["raw"]
 
@@ -311,7 +311,7 @@ def provenance(device: str, started: float, command: str) -> dict[str, Any]:
 
     import torch
 
-    from pytest_ditgate.device import arch_label
+    from harness import arch_label
 
     cuda = device.startswith("cuda")
     return {"device": torch.cuda.get_device_name(0) if cuda else f"cpu ({platform.machine()})",

@@ -17,9 +17,10 @@ when that trace is sound: the traced kernels must not sum to more than the untra
 (``TRACE_SLACK``); an H200 host traced the 256 MB copy 10 % slower than its untraced replay, and there the
 comparison is reported, not judged. The same kernels run faster inside a graph (an H200 traced LayerNorm
 16x256x1152 0.9-4.4 % and copy 256 MB up to 1.2 % below their host-launched durations;
-benchmarks/gpu/graph_truth_probe.py), so against host-launched kernels a graph reading that matched its own kernels within 0.1-0.5 % looked
-"2 % off", and do_bench_cudagraph looked closer only because its replays start on an idle device (+1.8 %)
-and that error cancelled the regime's. Every error is reported against both truths (``error``,
+benchmarks/results/graph_truth_probe_sm_90.txt, from a probe kept in git history), so against host-launched
+kernels a graph reading that matches its own kernels within 0.1-0.5 % looks "2 % off", and
+do_bench_cudagraph looks closer only because its replays start on an idle device (+1.8 %) and that error
+cancels the regime's. Every error is reported against both truths (``error``,
 ``error_in_graph``), with the regime difference.
 
 The truth is interleaved with the mechanisms, so a change of the device's state between them (the launch
@@ -103,7 +104,7 @@ def cupti_truth_in_graph(fn: Callable[[], Any], per_call_ms: float, replay_ms: f
     the 256 MB copy 10 % slower inside a graph than its untraced replay took), and that truth is not used.
 
     Kernels run faster inside a graph than host-launched (on an H200: LayerNorm 16x256x1152 0.9-4.4 %,
-    benchmarks/gpu/graph_truth_probe.py), so the comparison of the two graph-replay mechanisms is judged
+    benchmarks/results/graph_truth_probe_sm_90.txt), so the comparison of the two graph-replay mechanisms is judged
     against this truth. Built here, independent of the plugin.
     """
     import torch
@@ -308,8 +309,8 @@ def detection(results: dict, mechanisms: tuple[str, ...]) -> None:
             f"null flagged {rows['null_flagged']}/{REPEATS}")
 
 def ledger_overhead(results: dict) -> None:
-    from pytest_ditgate.bench.ledger import Ledger
-    from pytest_ditgate.bench.measurement import Measurement
+    from harness import Ledger
+    from pytest_ditgate.bench import Measurement
 
     m = Measurement.from_samples([0.01 + i * 1e-5 for i in range(200)], warmup=10, mechanism="graph",
                                  regime="sustained", l2_mode="warm", label="ledger-probe")
@@ -492,8 +493,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(ns.out)
     out.mkdir(parents=True, exist_ok=True)
 
-    from pytest_ditgate.device import real_device
-    from pytest_ditgate.environment import environment_record
+    from harness import environment_record, real_device
 
     device = real_device()
     results: dict[str, Any] = {

@@ -24,7 +24,7 @@ interleaved with the judged ``ditgate experiment`` runs in two configurations of
 the two empty commits, plain; then, on the honest candidate's commit, one untimed plain run that builds the
 new configuration's kernels into the caches, then plain, judged, plain. The ratio is the geometric mean over
 the configurations of mean judged / mean plain time; the target is <= 1.10 on a GPU (the issue's
-acceptance), reported as info on the CPU. A single pair of runs read 0.88 to 1.30 on the H200: the lane's
+acceptance), reported as info on the CPU. A single pair of runs can read 0.88 to 1.30 on the H200: the lane's
 adaptive timing moves the tests' own time by seconds. So the record also splits each judged run as the
 judge logs it: its own work before and after the child, and the child's wall time.
 
@@ -143,7 +143,7 @@ def run(work: Path, log, on_gpu: bool) -> list[dict]:
 
     expect("baseline", loop.baseline(), 0, keep=True)
     # the cost is judged runs against plain runs of the same tests, interleaved (plain, judged..., plain) in
-    # both configurations: one pair of single runs read anywhere from 0.88 to 1.30 on the H200, since the
+    # both configurations: one pair of single runs can read anywhere from 0.88 to 1.30 on the H200, since the
     # lane's adaptive timing makes the tests' own time vary by seconds from run to run
     costs = Cost()
     costs.plain(loop)

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
-# Bring quack-kernels and NVIDIA's CuTe DSL (nvidia-cutlass-dsl) to the offline GPU machine for
-# benchmarks/gpu/quack_gemm_probe.py. The DSL's library wheel (about 92 MB) is larger than what one device
-# call may carry beside the tree (64 MiB in all), so it travels in three parts, one per call, and the last
-# call puts it together and installs everything under /tmp/quack/site-packages.
+# Bring quack-kernels and NVIDIA's CuTe DSL (nvidia-cutlass-dsl) to the offline GPU machine for the fast DiT's
+# gemm=quack and gemm=quack_fc1 (their GPU tests and gates, and dit_bench's cases; the GPU check runs them when
+# quack is staged). The DSL's library wheel (about 92 MB) is larger than what one device call may carry beside
+# the tree (64 MiB in all), so it travels in three parts, one per call, and the last call puts it together and
+# installs everything under /tmp/quack/site-packages.
 #
 #   here, once:          benchmarks/gpu/stage_quack.sh download        (needs PyPI; writes .stage/, ignored)
 #   device call 1, 2:    carry [".stage/partK"], command: benchmarks/gpu/stage_quack.sh keep K
 #   device call 3:       carry [".stage/part3", ".whl"], command: benchmarks/gpu/stage_quack.sh keep 3 &&
-#                        benchmarks/gpu/stage_quack.sh install && benchmarks/gpu/quack_session.sh
-#                        (or PYTHONPATH=$Q:$Q/nvidia_cutlass_dsl/dsl_packages python3 ..., Q=/tmp/quack/site-packages)
+#                        benchmarks/gpu/stage_quack.sh install
+#                        (then PYTHONPATH=$Q:$Q/nvidia_cutlass_dsl/dsl_packages python3 ..., Q=/tmp/quack/site-packages)
 #   later calls on the same warm machine (a GPU check with quack): carry [".whl"] and start with
 #                        source benchmarks/gpu/setup_env.sh (it puts quack on PYTHONPATH when it is installed)
 #
@@ -38,7 +39,7 @@ download)
     find .stage/wheels -name '*.whl' ! -name "$(basename "$big")" -exec mv {} .stage/part1/ \;
     basename "$big" > .stage/part1/BIG
     # the big wheel in three pieces that even out the parts, counting .whl/ (diffusers and the quality
-    # models' packages, about 9 MB) with part 3: the third call carries both and runs the probes
+    # models' packages, about 9 MB) with part 3: the third call carries both
     size() { du -cb "$@" | tail -1 | cut -f1; }
     whl=$(du -sb .whl 2>/dev/null | cut -f1 || true); whl=${whl:-9000000}  # .whl/ not fetched yet: its usual size
     each=$(( ($(size .stage/part1 .stage/part2 .stage/part3 "$big") + whl) / 3 ))

@@ -1,11 +1,11 @@
 """Which library runs a block's QKV and fc1 (+GELU) GEMMs: cuBLAS through PyTorch, or quack's CuTe-DSL
 Hopper GEMMs (``gemm=quack``: both; ``gemm=quack_fc1``: fc1 + GELU only).
 
-As isolated GEMMs quack measured faster than cuBLAS at DiT-XL/2's shapes for these two only (fc1 with its
+As isolated GEMMs quack is faster than cuBLAS at DiT-XL/2's shapes for these two only (fc1 with its
 GELU epilogue at 0.77x of cuBLASLt's, QKV at 0.93x; ``benchmarks/results/quack_gemm_sm_90.txt``);
-attention-out and fc2 stay in cuBLAS, where quack was slower. Inside the forward's CUDA graph, cuBLAS's QKV
-ran faster than quack's (``benchmarks/results/dit_bench_profile_final_sm_90.txt``), hence ``quack_fc1``; but
-the whole forward measured slower with it than with ``quack`` (QKV's tile-counter memset and its gaps come
+attention-out and fc2 stay in cuBLAS, where quack is slower. Inside the forward's CUDA graph, cuBLAS's QKV
+runs faster than quack's (``benchmarks/results/dit_bench_profile_final_sm_90.txt``), hence ``quack_fc1``; but
+the whole forward is slower with it than with ``quack`` (QKV's tile-counter memset and its gaps come
 back; ``benchmarks/results/dit_bench_profile_rated_sm_90.txt``), so ``quack`` is the fastest set.
 ``resolve_gemms`` decides once and says why, so a fall-back to cuBLAS is reported, never silent.
 """

@@ -3,7 +3,7 @@
 Diffusers' DiT has no QK norm. adaLN's scale multiplies each attention input, so nothing bounds the
 logits ``q k^T / sqrt(d)``. Trained without a cap on the H200, the shapes DiT's largest logit grew from 16 to
 397 over 4000 steps, then jumped to 45 million as the loss spiked, three times over, and the run never got back
-to its best loss; the weights trained before this cap reached 27 760 in block 1 at t = 0, where bf16 rounding
+to its best loss; weights trained without this cap reach 27 760 in block 1 at t = 0, where bf16 rounding
 makes each softmax row another distribution. :class:`LogitCap` adds
 ``weight * mean(relu(row max - cap)^2) / cap^2`` per block to the loss; it changes no module, so the baseline
 and fast pipelines run the weights as they are. With it the same run's peak stayed under 100, with no spike

@@ -31,8 +31,8 @@ LABEL_DROP = 0.1
 #: an eighth of it, climbed from 0.0122 to 0.0228 over 4000 steps (benchmarks/results/
 #: shapes_training_probe_sm_90.txt); judged against the best window ever, every later window was a spike
 SPIKE_FACTOR, SPIKE_WINDOWS = 2.0, 4
-#: the model and its EMA are watched on fixed batches: PEAK_IMAGES at t = 0..PEAK_MAX_T, where the shipped
-#: EMA's logits ran away and its loss is 0.43 at t = 50 (0.008 at t = 500: a mean over every t hides it), and
+#: the model and its EMA are watched on fixed batches: PEAK_IMAGES at t = 0..PEAK_MAX_T, where an uncapped
+#: EMA's logits run away and its loss is 0.43 at t = 50 (0.008 at t = 500: a mean over every t hides it), and
 #: SPREAD_IMAGES at every fourth t, the loss training minimises without the noise of a random batch
 PEAK_IMAGES, PEAK_MAX_T, SPREAD_IMAGES = 64, 50, 250
 #: the watched batches' data streams, as offsets of the data seed (streams 0-3: classifier, DiT, held-out

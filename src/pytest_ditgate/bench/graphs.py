@@ -1,10 +1,11 @@
 """The ``graph`` mechanism: calls captured in a CUDA graph, each replay timed with events, divided by the count.
 
-Measured on an H200 (benchmarks/gpu/graph_capture_probe.py, timer_fidelity):
-- a replay launched on an idle device read a 2 us add 9 % or 19 % slow (two levels that toggled a few
+Measured on an H200 (benchmarks/results/graph_capture_probe_sm_90.txt and graph_gap_probe_sm_90.txt, from
+probes kept in git history; benchmarks/timer_fidelity.py):
+- a replay launched on an idle device reads a 2 us add 9 % or 19 % slow (two levels that toggle a few
   times a second), the same replay queued behind another one within 3 % of the CUPTI kernel time: so every
   timed replay is queued behind an untimed *lead* replay of the same graph;
-- where a capture places its outputs moved that add by up to 11 %: so each call is captured
+- where a capture places its outputs moves that add by up to 11 %: so each call is captured
   GRAPH_CAPTURES times and sample ``k`` replays capture ``k % GRAPH_CAPTURES``;
 - tracing itself puts a 0.13-0.19 us floor gap between nodes: so, where the profiler works, only the floor
   gap of a traced queued replay beyond that tracing floor (calibrated on empty kernels) is idle the
@@ -22,8 +23,8 @@ from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device
 #: a graph replay is sized to last about this long, so the fixed cost of a replay stays below 0.5 %
 GRAPH_REPLAY_MS = 5.0
 GRAPH_MAX_CALLS = 10_000
-#: captures per call, sampled in turn: where a capture places its outputs moved a 2 us add by up to 11 %
-#: (queued replays on an H200), so one capture per side made A vs A pairs differ "significantly"
+#: captures per call, sampled in turn: where a capture places its outputs moves a 2 us add by up to 11 %
+#: (queued replays on an H200), so with one capture per side A vs A pairs differ "significantly"
 GRAPH_CAPTURES = 3
 #: empty-kernel nodes of the graph that measures the floor gap tracing itself adds
 TRACING_NODES = 200

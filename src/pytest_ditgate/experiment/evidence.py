@@ -22,7 +22,7 @@ from pytest_ditgate.verdict.outcome import Category, GateOutcome
 #: a reference (fixed code) whose median time grew by more than this factor since the baseline run makes
 #: the run's ratios worthless as a speed claim: slowed from inside the candidate's process (the ratio would
 #: flatter the candidate), or an honest run on a loaded host (an eager XL forward is launch-bound: on the
-#: H200 its diffusers reference once read 80 ms against 29 ms at the baseline, an empty commit). The two
+#: H200 its diffusers reference can read 80 ms against 29 ms at the baseline, on an empty commit). The two
 #: cannot be told apart from the samples, so it is a performance DISCARD (no KEEP, no accusation). Checked
 #: for device timers only: a host's wall clock under load varies by more than that on its own
 REFERENCE_DRIFT = 2.0

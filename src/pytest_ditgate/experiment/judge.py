@@ -82,7 +82,7 @@ class Judge:
         #: relative path -> sha256 of every fixed file, as check_lock found them
         self.fixed_files: dict[str, str] | None = None
 
-    # -- checks before anything runs ----------------------------------------------------------------
+    # -- preflight: what is checked before anything runs --------------------------------------------
     def fixed_patterns(self) -> list[str]:
         lock_rel = self.lock.lock_path.relative_to(self.root).as_posix()
         return [*self.lock.patterns, lock_rel, "golden/"]
@@ -451,8 +451,8 @@ def _glob_match(path: str, pattern: str) -> bool:
 
 #: the judge imports what it compares with while the child runs only on a machine with at least this many
 #: usable CPUs. On fewer, its import thread takes a core from the candidate's timed torch threads: on two
-#: cores a no-op's re-measure against the lane best read 0.79 (CI 0.19..0.92) and was kept, because calls
-#: took 1.4 ms or, whenever a thread of the child's pool waited for the core, 5.6 ms (a third of them)
+#: cores a no-op's re-measure against the lane best can read 0.79 (CI 0.19..0.92), enough to keep it, because
+#: calls take 1.4 ms or, whenever a thread of the child's pool waits for the core, 5.6 ms (a third of them)
 OVERLAP_MIN_CPUS = 8
 
 

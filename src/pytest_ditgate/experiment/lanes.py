@@ -11,8 +11,8 @@ min_improvement = 0.02                 # a new best must beat the re-measured be
 
 ``min_improvement`` is the lane's noise floor. Two runs of the same code, measured side by side, can
 differ by a percent or two in one direction: the host clock drifts after a heavy run, and order effects
-favour one side. One test run of an empty commit measured 0.983 against the re-measured best, with a CI
-of 0.970 to 0.995. The default, 2 %, keeps such a run from becoming the best. Lower it for a lane timed
+favour one side: an empty commit can measure 0.983 against the re-measured best, with a CI of 0.970 to
+0.995. The default, 2 %, keeps such a run from becoming the best. Lower it for a lane timed
 with CUDA events on a quiet machine; never below 0.
 """
 

@@ -77,7 +77,7 @@ def write_failure_images(root: Path, case: str, failed: dict[str, dict[str, Any]
     from pytest_ditgate.quality.metrics import worst_tile_mae_per_image
 
     folder = root / safe_name(case)
-    for stale in folder.glob("*.png"):  # images of an earlier run of this case would mislead
+    for stale in folder.glob("*.png"):  # stale images of another run of this case would mislead
         stale.unlink(missing_ok=True)
     paths: list[str] = []
     for key, info in failed.items():
