@@ -26,6 +26,8 @@ read what changed, not the whole check.
 
 Stages (in the order they run; each has a time limit):
 
+- ``plugin``: the plugin's own tests and the workloads' CPU tests (tests/plugin, tests/dit_impl), all of
+  them, those marked ``gpu_check`` (too heavy for the README's tests on two cores) included, on the GPU host.
 - ``suites``: one pytest process over every GPU suite (kernels, correctness, device, bench, fast DiT, DiT
   gates), counted per suite from its JUnit XML;
 - ``corpus``: the tolerance corpus on CUDA, as CORPUS_SHARDS pytest processes in parallel on the one GPU
@@ -36,8 +38,6 @@ Stages (in the order they run; each has a time limit):
   torch.compile + CUDA graph, side by side);
 - ``loop``: the documented agent loop in a temporary git repository of this project (baseline, an honest
   speedup KEEP, an empty commit 11, a quality break 10, a fixed-path edit 12, an out-of-scope edit 13);
-- ``plugin``: the plugin's own tests and the workloads' CPU tests (tests/plugin, tests/dit_impl), all of
-  them, those marked ``gpu_check`` (too heavy for the README's tests on two cores) included, on the GPU host.
 
 Logs go to ``--logs`` (default: a temporary folder).
 """
@@ -307,9 +307,15 @@ def _suite_paths(suites: dict[str, list[str]]) -> str:
     return " ".join(p for paths in suites.values() for p in paths)
 
 
-#: the stages in the order they run: what each reads besides src/, conftest.py and pyproject.toml (every
+#: the stages in the order they run (the broadest and cheapest first, so that a defect shows before the
+#: long stages spend device time): what each reads besides src/, conftest.py and pyproject.toml (every
 #: stage reads those), what it runs and its time limit (measured on the H200, with headroom)
 STAGES = [
+    # the plugin's tests read nearly everything: the workloads (the judge's real lane, the JIT build), the
+    # benchmarks and scripts they load, the workflow file and the agent loop's doc
+    Stage("plugin", ("tests/**", *WORKLOADS, "benchmarks/*.py", "scripts/**", ".github/workflows/**",
+                     "docs/agent_loop.md", "tox.ini"),
+          f"pytest --ditgate -n {PLUGIN_WORKERS} {_suite_paths(PLUGIN_TESTS)}", 300, _source(tests_result)),
     Stage("suites", ("tests/conftest.py", *[f"{p}/**" if not p.endswith(".py") else p
                                             for paths in SUITES.values() for p in paths], *WORKLOADS),
           f"pytest --ditgate {_suite_paths(SUITES)}", 300, _source(tests_result)),
@@ -323,11 +329,6 @@ STAGES = [
           "benchmarks/dit_bench.py " + " ".join(BENCH_ARGS["dit"]), 150, _source(dit_targets, _target)),
     Stage("loop", ("scripts/agent_loop_check.py", "tests/conftest.py", "tests/gates/dit/**", *WORKLOADS),
           "scripts/agent_loop_check.py", 480, _source(stage_loop)),
-    # the plugin's tests read nearly everything: the workloads (the judge's real lane, the JIT build), the
-    # benchmarks and scripts they load, the workflow file and the agent loop's doc
-    Stage("plugin", ("tests/**", *WORKLOADS, "benchmarks/*.py", "scripts/**", ".github/workflows/**",
-                     "docs/agent_loop.md", "tox.ini"),
-          f"pytest --ditgate -n {PLUGIN_WORKERS} {_suite_paths(PLUGIN_TESTS)}", 300, _source(tests_result)),
 ]
 BY_NAME = {stage.name: stage for stage in STAGES}
 
