@@ -1,4 +1,11 @@
-"""The ``ditgate`` command line: ``ditgate doctor`` (and further subcommands registered in ``COMMANDS``)."""
+"""The ``ditgate`` command line: ``ditgate doctor`` (and further subcommands registered in ``COMMANDS``).
+
+Every command works from the project root, found as pytest finds its rootdir
+(:func:`~pytest_ditgate.project_config.find_project_root`), and reads the artefact folder through the one
+resolver pytest uses too (:func:`~pytest_ditgate.experiment.artefacts.resolve_artefact_dir`): ``--dir``
+(relative to the current folder), else ``$DITGATE_DIR``, else ``[tool.ditgate] artefact_dir``, else
+``<root>/.ditgate``. So a command run from a subfolder sees what ``pytest --ditgate`` wrote.
+"""
 
 from __future__ import annotations
 
@@ -8,10 +15,22 @@ import sys
 from typing import Callable, Sequence
 
 
+def artefact_dir(args: argparse.Namespace) -> "Path":
+    """The artefact folder a command reads: ``--dir`` (from the current folder), else what pytest run at the
+    project root uses (``$DITGATE_DIR``, ``[tool.ditgate] artefact_dir``, ``.ditgate``)."""
+    from pathlib import Path
+
+    from pytest_ditgate.experiment.artefacts import resolve_artefact_dir
+    from pytest_ditgate.project_config import find_project_root
+
+    option = str(Path(args.dir).expanduser().absolute()) if getattr(args, "dir", None) else None
+    return resolve_artefact_dir(find_project_root(), option)
+
+
 def _doctor(args: argparse.Namespace) -> int:
     from pytest_ditgate.doctor import render_text, run_doctor
 
-    report = run_doctor(target=args.target, artefact_dir=args.dir, deep=args.deep)
+    report = run_doctor(target=args.target, artefact_dir=str(artefact_dir(args)), deep=args.deep)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     else:
@@ -23,19 +42,17 @@ def _add_doctor(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("doctor", help="show the device, capabilities, dependencies and what is missing")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
     parser.add_argument("--target", default=None, help="also check the device against a target (profile or sm_XY)")
-    parser.add_argument("--dir", default=None, help="artefact folder to report (default: ./.ditgate)")
+    parser.add_argument("--dir", default=None, help="artefact folder to report (default: $DITGATE_DIR, [tool.ditgate] "
+                                                    "artefact_dir, else .ditgate in the project root)")
     parser.add_argument("--deep", action="store_true",
                         help="import every optional dependency too (slower; finds broken binary installs)")
     parser.set_defaults(handler=_doctor)
 
 
 def _summary(args: argparse.Namespace) -> int:
-    from pathlib import Path
-
-    from pytest_ditgate.experiment.artefacts import resolve_artefact_dir
     from pytest_ditgate.verdict.ledger import read_experiments, read_results
 
-    root = resolve_artefact_dir(Path.cwd(), args.dir)
+    root = artefact_dir(args)
     skipped: list[str] = []
     rows = read_results(root, skipped)
     if args.lane:
@@ -63,7 +80,7 @@ def _summary(args: argparse.Namespace) -> int:
 def _add_summary(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("summary", help="recent experiments from the ledger (results.tsv)")
     parser.add_argument("--dir", default=None, help="ledger folder (default: $DITGATE_DIR, [tool.ditgate] "
-                                                    "artefact_dir, else .ditgate)")
+                                                    "artefact_dir, else .ditgate in the project root)")
     parser.add_argument("--lane", default=None, help="only this lane")
     parser.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
     parser.add_argument("--json", action="store_true")
@@ -79,10 +96,16 @@ def _report(args: argparse.Namespace) -> int:
     from pytest_ditgate.fsutil import atomic_write_text
     from pytest_ditgate.verdict.report import build_report
 
-    root = Path(args.dir)
+    root = artefact_dir(args)
     if not root.is_dir():
-        raise DitgateUsageError(f"--dir {root}: no such ledger folder (run pytest --ditgate first, or name the "
-                                "folder given to --ditgate-dir)")
+        import os
+
+        from pytest_ditgate.experiment.artefacts import ENV
+
+        source = (f"--dir {args.dir}" if args.dir else f"{ENV}={os.environ[ENV]}" if os.environ.get(ENV)
+                  else "the artefact folder")
+        raise DitgateUsageError(f"{source}: no such ledger folder {root} (run pytest --ditgate first, or name the "
+                                "folder given to --ditgate-dir with --dir or DITGATE_DIR)")
     out = Path(args.out or root / "report.html")
     page = build_report(root)
     for note in page.notes:
@@ -94,7 +117,8 @@ def _report(args: argparse.Namespace) -> int:
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("report", help="an HTML page: benchmark history per lane and arch, quality, heat maps")
-    parser.add_argument("--dir", default=".ditgate", help="ledger folder (default .ditgate)")
+    parser.add_argument("--dir", default=None, help="ledger folder (default: $DITGATE_DIR, [tool.ditgate] "
+                                                    "artefact_dir, else .ditgate in the project root)")
     parser.add_argument("--out", default=None, help="output file (default <dir>/report.html)")
     parser.set_defaults(handler=_report)
 
@@ -113,7 +137,9 @@ def _judge(args: argparse.Namespace) -> int:
         argv += ["--class", args.cls]
     if getattr(args, "description", None):
         argv += ["--description", args.description]
-    root = str(Path.cwd())
+    from pytest_ditgate.project_config import find_project_root
+
+    root = str(find_project_root())
     command = [sys.executable, "-B", "-P", "-c", JUDGE, root, *argv]
     return subprocess.run(command, cwd=root, env=dict(os.environ)).returncode
 
@@ -159,7 +185,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from pytest_ditgate import __version__
+
     parser = _Parser(prog="ditgate", description="GPU correctness, speed and quality gates")
+    parser.add_argument("--version", action="version", version=f"ditgate (pytest-ditgate) {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in COMMANDS.values():
         add(sub)

@@ -38,15 +38,21 @@ class DitgateContext:
     def from_config(cls, config: pytest.Config) -> "DitgateContext":
         from pytest_ditgate.experiment.artefacts import ENV, resolve_artefact_dir
 
+        from pytest_ditgate.project_config import missing_folder_problem
+
         option = options.get_option(config, options.ARTEFACT_DIR)
         artefact_dir = resolve_artefact_dir(config.rootpath, option)
+        source = (f"--ditgate-dir={option}" if option else f"{ENV}={os.environ[ENV]}" if os.environ.get(ENV)
+                  else "[tool.ditgate] artefact_dir")
         if artefact_dir.exists() and not artefact_dir.is_dir():
-            source = (f"--ditgate-dir={option}" if option else f"{ENV}={os.environ[ENV]}" if os.environ.get(ENV)
-                      else "[tool.ditgate] artefact_dir")
             raise pytest.UsageError(f"{source}: {artefact_dir} is a file, not a folder; the run "
                                     "artefacts (ledgers, environment.json, images) need a folder")
+        enabled = bool(options.get_option(config, options.ENABLE))
+        problem = missing_folder_problem(artefact_dir, config.rootpath) if enabled else None
+        if problem is not None:
+            raise pytest.UsageError(f"{source}: {problem}")
         return cls(
-            enabled=bool(options.get_option(config, options.ENABLE)),
+            enabled=enabled,
             target=options.get_option(config, options.TARGET),
             artefact_dir=artefact_dir,
             is_xdist_worker=hasattr(config, "workerinput"),

@@ -99,10 +99,16 @@ def workspaces(artefact_dir: str | None = None) -> dict[str, str]:
 
 
 def run_doctor(*, target: str | None = None, artefact_dir: str | None = None, deep: bool = False) -> DoctorReport:
+    """The report; a target that names no profile or arch is a usage error (exit 4, as pytest's
+    ``--ditgate-target``), raised before anything is probed."""
     from pytest_ditgate.device import current_device, real_device
 
     from pytest_ditgate.errors import DitgateUsageError
 
+    if target:
+        from pytest_ditgate.target import check_target_spec
+
+        check_target_spec(target, source=f"--target {target}")
     profile_problem = None
     try:
         device = current_device()
@@ -129,13 +135,9 @@ def run_doctor(*, target: str | None = None, artefact_dir: str | None = None, de
         from pytest_ditgate.errors import DitgateUsageError
         from pytest_ditgate.target import evaluate_target
 
-        try:
-            mismatch = evaluate_target(target, device)
-        except DitgateUsageError as exc:
-            report.problems.append(str(exc))
-        else:
-            if mismatch is not None:
-                report.problems.append(mismatch.message)
+        mismatch = evaluate_target(target, device)
+        if mismatch is not None:
+            report.problems.append(mismatch.message)
     return report
 
 

@@ -11,7 +11,7 @@ import os
 import tempfile
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -101,10 +101,20 @@ class JsonlContent:
     path: Path
     records: list[dict[str, Any]]
     bad: list[int]
+    #: the 1-based line number of each record (same order), to name records of the wrong shape
+    line_numbers: list[int] = field(default_factory=list)
 
     def skipped_message(self) -> str | None:
         """``<path>: skipped 2 unreadable line(s) (3, 7)``, or None when every line was read."""
         return skipped_message(self.path, self.bad, "line", "not a JSON object")
+
+
+def line_list(numbers: list[int]) -> str:
+    """``line 3`` / ``lines 3, 7, 9, ...`` (the first ten) for a message naming records."""
+    if not numbers:
+        return "line ?"
+    shown = ", ".join(str(n) for n in numbers[:10]) + (", ..." if len(numbers) > 10 else "")
+    return f"line {shown}" if len(numbers) == 1 else f"lines {shown}"
 
 
 def skipped_message(path: str | os.PathLike[str], bad: list[int], unit: str, why: str) -> str | None:
@@ -122,10 +132,11 @@ def read_jsonl_report(path: str | os.PathLike[str]) -> JsonlContent:
     file = Path(path)
     records: list[dict[str, Any]] = []
     bad: list[int] = []
+    numbers: list[int] = []
     try:
         raw = file.read_bytes()
     except FileNotFoundError:
-        return JsonlContent(file, records, bad)
+        return JsonlContent(file, records, bad, numbers)
     for number, chunk in enumerate(raw.split(b"\n"), start=1):
         if not chunk.strip():
             continue
@@ -136,9 +147,10 @@ def read_jsonl_report(path: str | os.PathLike[str]) -> JsonlContent:
             continue
         if isinstance(value, dict):
             records.append(value)
+            numbers.append(number)
         else:
             bad.append(number)
-    return JsonlContent(file, records, bad)
+    return JsonlContent(file, records, bad, numbers)
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], list[int]]:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditgate import toolchain
+from pytest_ditgate.arguments import clip
 from pytest_ditgate.device import PROFILE_ENV, SDPA_BACKENDS, arch_label
 from pytest_ditgate.errors import ProfileError
 from pytest_ditgate.fsutil import CorruptFile, decode_json_object
@@ -95,37 +96,55 @@ PEAK_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
 
 def validate_profile(data: dict[str, Any], origin: str) -> None:
-    """Check every field of a profile; unknown fields and wrong types raise :class:`ProfileError`."""
+    """Check every field of a profile; unknown fields and wrong types raise one :class:`ProfileError` that
+    names every problem found (not only the first)."""
     where = f"device profile {origin}"
+    problems = profile_problems(data)
+    if len(problems) == 1:
+        raise ProfileError(f"{where}: {problems[0]}")
+    if problems:
+        raise ProfileError(f"{where}: {len(problems)} problems: " + "; ".join(problems))
+
+
+def profile_problems(data: dict[str, Any]) -> list[str]:
+    """Every problem of a profile's fields, each naming the field and what it must be (empty: valid)."""
+    problems = []
     missing = [name for name in REQUIRED_FIELDS if name not in data]
     if missing:
-        raise ProfileError(f"{where}: missing field(s) {', '.join(missing)} (required: {', '.join(REQUIRED_FIELDS)})")
+        problems.append(f"missing field(s) {', '.join(missing)} (required: {', '.join(REQUIRED_FIELDS)})")
     unknown = sorted(set(data) - set(FIELDS))
     if unknown:
-        raise ProfileError(f"{where}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(FIELDS)}")
+        problems.append(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(FIELDS)}")
     for name, (allowed, check) in FIELDS.items():
         if name in data and check is not None and not check(data[name]):
-            raise ProfileError(f"{where}: field {name!r} must be {allowed}, got {data[name]!r}")
-    arch = data["arch"]
-    if arch != "cpu" and not (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit()
-                              and len(arch) >= 5):
-        raise ProfileError(f"{where}: arch must be 'cpu' or like 'sm_86', got {arch!r}")
+            problems.append(f"field {name!r} must be {allowed}, got {clip(repr(data[name]), 80)}")
+    arch = data.get("arch", "cpu")
+    arch_ok = arch == "cpu" or (isinstance(arch, str) and arch.startswith("sm_") and arch[3:].isdigit()
+                                and len(arch) >= 5)
+    if not arch_ok:
+        problems.append(f"arch must be 'cpu' or like 'sm_86', got {clip(repr(arch), 80)}")
     cc = data.get("cc")
     if cc is not None:
         if not (isinstance(cc, list) and len(cc) == 2 and all(type(x) is int and x >= 0 for x in cc)):
-            raise ProfileError(f"{where}: field 'cc' must be [major, minor] integers (like [8, 6]) or null, got {cc!r}")
-        if arch != "cpu" and arch_label(cc) != arch:
-            raise ProfileError(f"{where}: cc {cc!r} does not match arch {arch!r}")
+            problems.append(f"field 'cc' must be [major, minor] integers (like [8, 6]) or null, got "
+                            f"{clip(repr(cc), 80)}")
+        elif arch_ok and arch != "cpu" and arch_label(cc) != arch:
+            problems.append(f"cc {cc!r} does not match arch {arch!r}")
     if "peaks" in data:
-        _validate_peaks(data["peaks"], where)
+        try:
+            _validate_peaks(data["peaks"], "")
+        except ProfileError as exc:
+            problems.append(str(exc).removeprefix(": "))
     sdpa = data.get("sdpa")
     if sdpa is not None:
         if not isinstance(sdpa, dict):
-            raise ProfileError(f"{where}: field 'sdpa' must be an object of backend -> true/false, got {sdpa!r}")
-        for backend, works in sdpa.items():
-            if backend not in SDPA_BACKENDS or not isinstance(works, bool):
-                raise ProfileError(f"{where}: sdpa.{backend} = {works!r}: backends are {', '.join(SDPA_BACKENDS)}, "
-                                   "each true or false")
+            problems.append(f"field 'sdpa' must be an object of backend -> true/false, got {clip(repr(sdpa), 80)}")
+        else:
+            for backend, works in sdpa.items():
+                if backend not in SDPA_BACKENDS or not isinstance(works, bool):
+                    problems.append(f"sdpa.{backend} = {works!r}: backends are {', '.join(SDPA_BACKENDS)}, "
+                                    "each true or false")
+    return problems
 
 
 def _positive(value: Any) -> bool:

@@ -81,9 +81,8 @@ def parse_version_spec(spec: Any, *, what: str, arch: bool = False) -> VersionSp
     alternatives = []
     for item in items:
         if isinstance(item, (int, float)) and not isinstance(item, bool) and arch:
-            if not math.isfinite(item):
-                raise DitgateUsageError(f"{what}: expected a version like '>=8.0', got {item!r}")
-            item = str(item)
+            raise DitgateUsageError(f"{what}: a bare number {item!r} is ambiguous (this capability or newer? exactly "
+                                    f"it?); write a string: {_number_forms(item)}")
         if not isinstance(item, str):
             raise DitgateUsageError(f"{what}: expected a string like '>=8.0' (or a list of them), got {item!r}")
         text = item.strip()
@@ -108,6 +107,19 @@ def parse_version_spec(spec: Any, *, what: str, arch: bool = False) -> VersionSp
             raise DitgateUsageError(f"{what}: {items[index]!r}{which} can never hold: no version satisfies every "
                                     "clause (a test marked with it would skip everywhere)")
     return spec
+
+
+def _number_forms(item: float) -> str:
+    """The string forms a bare compute-capability number could have meant."""
+    try:
+        version = parse_version(str(item), arch=True) if math.isfinite(item) else None
+    except DitgateUsageError:
+        version = None
+    if not version or len(version) > 2:
+        return "'>=8.0' (this or newer), '==8.6' (exactly), '8.0-8.9' (a range) or 'sm_86'"
+    major, minor = version[0], version[1] if len(version) > 1 else 0
+    return (f"'>={major}.{minor}' (this or newer), '=={major}.{minor}' (exactly), '{major}.{minor}-{major}.9' "
+            f"(a range) or 'sm_{major}{minor}'")
 
 
 def _satisfiable(clauses: tuple[tuple[str, Version], ...], *, arch: bool = False) -> bool:

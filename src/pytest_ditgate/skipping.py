@@ -78,10 +78,43 @@ def is_gate_test(item: pytest.Item) -> bool:
     return bool(fixturenames & GATE_FIXTURES) or any(item.get_closest_marker(m) for m in GATE_MARKERS)
 
 
+def _marker_name(line: str) -> str:
+    return line.split(":", 1)[0].split("(", 1)[0].strip()
+
+
+#: the plugin's own markers, as registered in ``pytest_configure``
+PLUGIN_MARKERS = tuple(_marker_name(line) for line in MARKER_DOCS)
+
+
+def misspelt_markers(config: pytest.Config, items: list[pytest.Item]) -> list[str]:
+    """``<nodeid>: unknown marker 'require_gpu': did you mean requires_gpu?`` for each mark close to one of
+    the plugin's markers but registered by nobody: pytest only warns about it, and the test would run without
+    the requirement it meant to state."""
+    import difflib
+
+    registered = {_marker_name(line) for line in config.getini("markers")}
+    problems = []
+    for item in items:
+        for mark in item.iter_markers():
+            if mark.name in registered:
+                continue
+            close = difflib.get_close_matches(mark.name, PLUGIN_MARKERS, n=1, cutoff=0.6)
+            if close:
+                problems.append(f"{item.nodeid}: unknown marker {mark.name!r}: did you mean {close[0]}? (a misspelt "
+                                "ditgate marker states no requirement, so the test would run unguarded)")
+    return problems
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Reject malformed requirement markers at collection; mark gate tests skipped when gates are off."""
+    """Reject malformed requirement markers at collection (and, with the gates on, misspelt ditgate
+    markers); mark gate tests skipped when gates are off."""
     problems = []
     marked: dict[pytest.Item, list[Requirements]] = {}  # each item's markers, parsed once
+    context = get_context(config)
+    if context.enabled:
+        misspelt = misspelt_markers(config, items)
+        if misspelt:
+            raise pytest.UsageError("misspelt marker(s):\n  " + "\n  ".join(dict.fromkeys(misspelt)))
     for item in items:
         try:
             requirements = item_requirements(item)
@@ -92,7 +125,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             marked[item] = requirements
     if problems:
         raise pytest.UsageError("bad requires_gpu marker(s):\n  " + "\n  ".join(problems))
-    context = get_context(config)
     if not context.enabled:
         off = pytest.mark.skip(reason=OFF_REASON)
         for item in items:

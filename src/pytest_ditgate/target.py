@@ -20,19 +20,27 @@ def _is_arch(text: str) -> bool:
     return text.startswith("sm_") and text[3:].isdigit() or text == "cpu"
 
 
-def evaluate_target(target: str, device: DeviceInfo) -> TargetMismatch | None:
-    """None when ``device`` is the declared target (a profile name, profile file or ``sm_XY``)."""
-    from pytest_ditgate.profiles import mismatches, read_profile
+def check_target_spec(target: str, *, source: str | None = None) -> tuple[str, str | None]:
+    """``(arch, match_name)`` of a target spec (a profile name, profile file or ``sm_XY``); a spec that names
+    none is a DitgateUsageError listing the shipped profiles."""
+    from pytest_ditgate.profiles import read_profile
 
     target = target.strip()
     if _is_arch(target.lower()):
-        wanted_arch, wanted_name = target.lower(), None
-    else:
-        try:
-            data = read_profile(target)
-        except ProfileError as exc:
-            raise DitgateUsageError(f"--ditgate-target={target}: {exc}") from None
-        wanted_arch, wanted_name = data["arch"], data.get("match_name")
+        return target.lower(), None
+    try:
+        data = read_profile(target)
+    except ProfileError as exc:
+        raise DitgateUsageError(f"{source or f'--ditgate-target={target}'}: {exc}") from None
+    return data["arch"], data.get("match_name")
+
+
+def evaluate_target(target: str, device: DeviceInfo) -> TargetMismatch | None:
+    """None when ``device`` is the declared target (a profile name, profile file or ``sm_XY``)."""
+    from pytest_ditgate.profiles import mismatches
+
+    target = target.strip()
+    wanted_arch, wanted_name = check_target_spec(target)
     problems = mismatches(wanted_arch, wanted_name, device.name, device.arch)
     if not problems:
         return None

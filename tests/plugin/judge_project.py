@@ -130,7 +130,7 @@ def test_quality(golden, quality_gate, ditgate_candidate):
 
 
 def test_speed(ditbench):
-    ditbench.pair(candidate, reference, data(), min_speedup=-1e6)
+    ditbench.pair(candidate, reference, data(), min_speedup=None)
 
 
 def test_versus_lane_best(ditbench, ditgate_lane):
@@ -143,7 +143,7 @@ def test_versus_lane_best(ditbench, ditgate_lane):
     def rebuilt(x):
         with torch.no_grad():
             return other(x)
-    ditbench.pair(candidate, rebuilt, data(), min_speedup=-1e6, labels=("candidate", "lane-best"))
+    ditbench.pair(candidate, rebuilt, data(), min_speedup=None, labels=("candidate", "lane-best"))
 """
 
 

@@ -87,7 +87,7 @@ def test_best_lookup_warns_about_what_it_skips(tmp_path: Path) -> None:
     assert best is not None and best["ratio"] == 0.5
     messages = sorted(str(w.message) for w in caught if issubclass(w.category, LedgerWarning))
     assert messages == [f"{ledger.path}: skipped 1 unreadable line(s) (4): not a JSON object (a torn write or a hand edit)",
-                        f"{ledger.path}: skipped 2 comparison record(s) without a finite ratio, ci_low and ci_high"]
+                        f"{ledger.path}: skipped 2 comparison record(s) without a finite ratio, ci_low and ci_high (lines 2, 3)"]
 
 
 @pytest.mark.parametrize(("raw", "message"), [

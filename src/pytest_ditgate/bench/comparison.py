@@ -79,6 +79,12 @@ def compare(a: Measurement, b: Measurement, *, method: str = "bootstrap", confid
     """Ratio of medians ``a / b`` with a ``confidence`` interval by ``method`` (see ``stats.METHODS``)."""
     if method not in METHODS:
         raise DitgateUsageError(f"method={method!r}: choose from {', '.join(METHODS)}")
+    for name, side in (("a", a), ("b", b)):
+        if not isinstance(side, Measurement):
+            from pytest_ditgate.arguments import describe
+
+            raise DitgateUsageError(f"compare(a, b): {name} must be a Measurement (from measure or ditbench), got "
+                                    f"{describe(side)}")
     check_comparable(a, b)
     if method == "paired-bootstrap" and a.n != b.n:
         raise DitgateUsageError(f"paired-bootstrap needs samples taken in rounds (n={a.n} vs n={b.n})")

@@ -16,9 +16,11 @@ none.
 from __future__ import annotations
 
 import inspect
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pytest_ditgate.arguments import describe
 from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.bench.runner import measure, measure_pair
@@ -47,7 +49,24 @@ def _eager_twins(value: Any, sides: int) -> tuple[Callable[..., Any] | None, ...
     return twins
 
 
-@dataclass
+def check_min_speedup(value: Any) -> float | None:
+    """``min_speedup``: a fraction in (-1, 1) (0.05: at least 5 % faster; -0.1: at most 10 % slower), or None
+    (no bound here: the lane judges the speed). Anything else is a usage error before any timing: ``5`` meant
+    as 5 % would ask for an impossible 500 %, and ``"5%"`` would fail only after the whole timing run."""
+    if value is None:
+        return None
+    what = ("ditbench.pair: min_speedup is a fraction between -1 and 1 (0.05: the candidate at least 5 % faster; "
+            "-0.1: at most 10 % slower; None: no bound here, the lane judges)")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        hint = "; write 0.05 for 5 %" if isinstance(value, str) else ""
+        raise DitgateUsageError(f"{what}, got {describe(value)}{hint}")
+    if not -1 < value < 1:
+        hint = f"; did you mean {value / 100:g} ({value:g} %)?" if abs(value) < 100 else ""
+        raise DitgateUsageError(f"{what}, got {value!r}{hint}")
+    return float(value)
+
+
+@dataclass(repr=False)
 class DitBench:
     """``ditbench(fn, *args, **opts) -> Measurement`` and ``ditbench.pair(candidate, reference, ...)``."""
 
@@ -55,8 +74,8 @@ class DitBench:
     lane: str
     #: (measurement, phase profiles as dicts) -> None
     record_measurement: Callable[[Measurement, list[dict[str, Any]]], None]
-    #: (comparison, min_speedup, passed, phase profiles as dicts) -> None
-    record_comparison: Callable[[Comparison, float, bool, list[dict[str, Any]]], None]
+    #: (comparison, min_speedup or None, passed or None (not gated here), phase profiles as dicts) -> None
+    record_comparison: Callable[[Comparison, "float | None", "bool | None", list[dict[str, Any]]], None]
     checks: Callable[[], list[tuple[str, bool, str | None]]]
     best: Callable[[Measurement], dict[str, Any] | None] = lambda m: None
     #: hands one result to pytest-benchmark (``--benchmark-json``): a Measurement, plus extra_info for a pair
@@ -70,6 +89,10 @@ class DitBench:
     measurements: list[Measurement] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
     _fed: bool = False
+
+    def __repr__(self) -> str:  # pytest prints the fixture beside a failing test: keep it one short line
+        return (f"<ditbench fixture: lane {self.lane}, {len(self.measurements)} measurement(s), "
+                f"{len(self.comparisons)} pair(s)>")
 
     def _feed(self, m: Measurement, extra: dict[str, Any] | None = None) -> None:
         """pytest-benchmark takes one result per test: the first measurement or pair's candidate."""
@@ -121,9 +144,11 @@ class DitBench:
         return m
 
     def pair(self, candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any,
-             min_speedup: float = 0.05, beat_best: bool = False, **opts: Any) -> Comparison:
+             min_speedup: float | None = 0.05, beat_best: bool = False, **opts: Any) -> Comparison:
         """Time both interleaved in this run; fail (reason ``too_slow``) unless the CI bound shows the
-        candidate faster than the reference by at least ``min_speedup`` (negative: allowed slowdown).
+        candidate faster than the reference by at least ``min_speedup``, a fraction in (-1, 1) (negative: an
+        allowed slowdown). ``min_speedup=None`` records the comparison without a bound here: a lane's speed
+        test, judged by ``ditgate experiment`` (the summary says "judged by the lane").
 
         ``beat_best=True`` also requires the CI bound to beat the best ratio recorded for this test, arch
         and lane (same driver and torch) in the ledger. For ``--benchmark-json`` the candidate's samples
@@ -132,15 +157,18 @@ class DitBench:
         replay's rates in the phase profiles.
         """
         __tracebackhide__ = True
+        min_speedup = check_min_speedup(min_speedup)
+        if not isinstance(beat_best, bool):
+            raise DitgateUsageError(f"ditbench.pair: beat_best must be True or False, got {describe(beat_best)}")
         self._refuse_unchecked()
         opts = self._options(opts)
         profile = bool(opts.pop("profile", self.profile))
         candidate_eager, reference_eager = _eager_twins(opts.pop("profile_eager", None), 2)
         c = measure_pair(candidate, reference, *args, **opts)
         self.comparisons.append(c)
-        passed = c.faster_by_at_least(min_speedup)
+        passed = None if min_speedup is None else c.faster_by_at_least(min_speedup)
         problem = None
-        if not passed:
+        if passed is False:
             problem = (f"candidate is not faster than the reference by at least {min_speedup:.1%}: "
                        f"{c.describe()}; needs the CI's upper bound <= {1 - min_speedup:.4f}")
         elif beat_best:

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import warnings
 
-from pytest_ditgate.fsutil import LedgerWarning, append_jsonl, ensure_gitignore, read_jsonl, read_jsonl_report
+from pytest_ditgate.fsutil import (LedgerWarning, append_jsonl, ensure_gitignore, line_list, read_jsonl,
+                                   read_jsonl_report)
 from pytest_ditgate.numbers import finite_number
 
 if TYPE_CHECKING:
@@ -70,17 +71,17 @@ class Ledger:
         the wrong shape (no finite ``ratio``/``ci_low``/``ci_high``), are skipped with a :class:`LedgerWarning`."""
         content = read_jsonl_report(self.path)
         problems = [content.skipped_message()] if content.bad else []
-        good, shapeless = [], 0
-        for record in content.records:
+        good, shapeless = [], []
+        for record, number in zip(content.records, content.line_numbers):
             if record.get("kind") != "comparison":
                 continue
             if well_formed_comparison(record):
                 good.append(record)
             else:
-                shapeless += 1
+                shapeless.append(number)
         if shapeless:
-            problems.append(f"{self.path}: skipped {shapeless} comparison record(s) without a finite ratio, "
-                            "ci_low and ci_high")
+            problems.append(f"{self.path}: skipped {len(shapeless)} comparison record(s) without a finite ratio, "
+                            f"ci_low and ci_high ({line_list(shapeless)})")
         for problem in problems:
             warnings.warn(LedgerWarning(problem), stacklevel=3)
         return good

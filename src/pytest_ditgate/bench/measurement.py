@@ -58,6 +58,21 @@ class Measurement:
     #: mechanism details: cupti ``span_median_ms``/``idle_fraction``, graph ``calls_per_replay``...
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __getattr__(self, name: str) -> Any:
+        """Only for names that do not exist: ``m.median`` says the field is ``median_ms`` (times carry
+        their unit in the name)."""
+        if name.startswith("__"):
+            raise AttributeError(name)
+        import difflib
+
+        fields = [f.name for f in dataclasses.fields(self)] + ["name"]
+        close = difflib.get_close_matches(name, fields, n=1, cutoff=0.6)
+        if not close and f"{name}_ms" in fields:
+            close = [f"{name}_ms"]
+        hint = f"; did you mean {close[0]}?" if close else ""
+        raise AttributeError(f"'Measurement' object has no attribute {name!r}{hint} (times are in milliseconds, "
+                             "named *_ms)")
+
     @classmethod
     def from_samples(cls, samples_ms: list[float] | tuple[float, ...], **fields: Any) -> "Measurement":
         """Build from raw samples; statistics are computed here, provenance comes in ``fields``."""

@@ -51,7 +51,8 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
         for r in comparisons:
             pct = int(round(r["confidence"] * 100))
             verdict = "" if r.get("passed") is None else (" PASS" if r["passed"] else " FAIL")
-            need = "" if r.get("min_speedup") is None else f", needs <= {1 - r['min_speedup']:.4f}"
+            need = (", judged by the lane (min_speedup=None: no bound in this run)" if r.get("min_speedup") is None
+                    else f", needs <= {1 - r['min_speedup']:.4f}")
             lines.append(f"{r['test'].rsplit('::', 1)[-1]}: {r['name']} ratio {r['ratio']:.4f}, {pct}% CI "
                          f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}] ({r['method']}, {r['mechanism']}, {r['arch']})"
                          f"{need}{verdict}")

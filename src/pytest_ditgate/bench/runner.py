@@ -14,13 +14,16 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from pytest_ditgate.arguments import (callable_name, clip, describe, raised_by, require_callable, require_int,
+                                      require_number)
 from pytest_ditgate.bench import graphs
 from pytest_ditgate.bench import l2 as l2mod
 from pytest_ditgate.bench import timers
 from pytest_ditgate.bench.comparison import Comparison, compare
 from pytest_ditgate.bench.measurement import REGIMES, Measurement, as_tuples
 from pytest_ditgate.bench.mechanisms import MECHANISMS
-from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError
+from pytest_ditgate.bench.stats import METHODS
+from pytest_ditgate.bench.timers import Call, CallRaised, HostOnlyError, TimingError
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.timer_integrity import tampered_timers
 
@@ -70,19 +73,20 @@ class Options:
     graph_idle: str = "subtract"
 
     def __post_init__(self) -> None:
-        if self.mechanism != "auto" and self.mechanism not in MECHANISMS:
+        if not isinstance(self.mechanism, str) or (self.mechanism != "auto" and self.mechanism not in MECHANISMS):
             raise DitgateUsageError(f"mechanism={self.mechanism!r}: choose auto or one of {', '.join(MECHANISMS)}")
         l2mod.check_mode(self.l2)
         if self.regime is not None and self.regime not in REGIMES:
             raise DitgateUsageError(f"regime={self.regime!r}: choose from {', '.join(REGIMES)}")
         if self.graph_idle not in GRAPH_IDLE_MODES:
             raise DitgateUsageError(f"graph_idle={self.graph_idle!r}: choose from {', '.join(GRAPH_IDLE_MODES)}")
-        if self.warmup is not None and self.warmup < 0:
-            raise DitgateUsageError("warmup must be >= 0")
-        if self.reps is not None and self.reps < 2:
-            raise DitgateUsageError("reps must be >= 2 (statistics need at least two samples)")
-        if self.budget_ms is not None and self.budget_ms <= 0:
-            raise DitgateUsageError("budget_ms must be > 0")
+        if self.warmup is not None:
+            require_int(self.warmup, "warmup", "measure", minimum=0)
+        if self.reps is not None and (isinstance(self.reps, bool) or not isinstance(self.reps, int) or self.reps < 2):
+            raise DitgateUsageError(f"measure: reps must be >= 2 (an integer; rounds= for a pair: statistics need at "
+                                    f"least two samples), got {describe(self.reps)}")
+        if self.budget_ms is not None:
+            require_number(self.budget_ms, "budget_ms", "measure", minimum=0, exclusive=True)
 
     def regime_for(self, mechanism: str) -> str:
         natural = DEFAULT_REGIME[mechanism]
@@ -239,7 +243,35 @@ def _gap_record(raw: list[float], graph_set: Any) -> dict[str, Any]:
             "subtracted_per_call_us": [c.floor_ms * c.activities_per_call * 1e3 for c in captures]}
 
 
-def _collect(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
+def _collect(calls: Sequence[Call], options: Options,
+             roles: Sequence[str]) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
+    """Warm up, then time; a timed function that raises is reported as that code's (:func:`_user_error`)."""
+    try:
+        return _collect_samples(calls, options)
+    except CallRaised as raised:
+        failure = _user_error(calls, roles, raised)
+        if isinstance(failure, GateFailure):
+            raise failure from raised.error
+        error = failure
+    raise error  # the user's own exception, outside any handler: nothing chained to it
+
+
+def _user_error(calls: Sequence[Call], roles: Sequence[str], raised: CallRaised) -> BaseException:
+    """The first timed function's exception becomes a ``crash`` gate failure (the candidate crashed); any
+    other's (a pair's reference) is raised as it is. Both are marked as the user's code."""
+    index = next((i for i, call in enumerate(calls) if call.fn is raised.fn), 0)
+    role = roles[index] if index < len(roles) else f"timed function {index + 1}"
+    error = raised.error
+    if isinstance(error, (GateFailure, DitgateUsageError)):
+        return error
+    raised_by(error, f"{role}, called by measure (no timing was recorded)")
+    if index == 0:
+        return GateFailure("crash", f"{role} raised {type(error).__name__} while being timed, so nothing was "
+                                    f"timed or recorded: {clip(f'{type(error).__name__}: {error}')}")
+    return error
+
+
+def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
     """Warm up, then time with the requested mechanism or the first that works; returns the run, the notes
     per mechanism, the warm-up count, the device and the NVML snapshots (start, end)."""
     from pytest_ditgate.bench import nvml
@@ -331,6 +363,12 @@ def _build(run: _Run, index: int, notes: dict[str, str], warmup: int, device: An
     )
 
 
+def _check_text(**values: Any) -> None:
+    for name, value in values.items():
+        if value is not None and not isinstance(value, str):
+            raise DitgateUsageError(f"measure: {name} must be a string, got {describe(value)}")
+
+
 def measure(fn: Callable[..., Any], *args: Any, mechanism: str = "auto", warmup: int | None = None,
             reps: int | None = None, budget_ms: float | None = None, l2: str = "warm", label: str | None = None,
             backend: str | None = None, dtype: Any = None, shapes: Any = None, regime: str | None = None,
@@ -343,8 +381,11 @@ def measure(fn: Callable[..., Any], *args: Any, mechanism: str = "auto", warmup:
     ``graph_idle="keep"`` leaves the device's idle gaps between graph nodes in graph samples (the time a
     graph-replayed pipeline sees) instead of subtracting them (kernel time, comparable with cupti).
     """
+    require_callable(fn, "fn", "measure(fn, *args)", "the function to time, called as fn(*args, **kwargs)")
+    _check_text(label=label, backend=backend)
     options = Options(mechanism, warmup, reps, budget_ms, l2, regime, graph_idle)
-    run, notes, done, device, clocks = _collect([Call(fn, args, fn_kwargs)], options)
+    run, notes, done, device, clocks = _collect([Call(fn, args, fn_kwargs)], options,
+                                                [f"the timed function `{callable_name(fn)}`"])
     return _build(run, 0, notes, done, device, clocks, options, label=label, backend=backend, dtype=dtype,
                   shapes=shapes)
 
@@ -360,9 +401,21 @@ def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *
     ``rounds`` samples per side (default from ``budget_ms``); the result's ``ratio`` is
     median(candidate) / median(reference) with a ``confidence`` interval by ``method``.
     """
+    call = "measure_pair(candidate, reference, *args)"
+    require_callable(candidate, "candidate", call, "the function to time, called as candidate(*args, **kwargs)")
+    require_callable(reference, "reference", call, "the function to compare with, called with the same arguments")
+    if method not in METHODS:
+        raise DitgateUsageError(f"{call}: method={method!r}: choose from {', '.join(METHODS)}")
+    if not (isinstance(confidence, float) and 0 < confidence < 1):
+        raise DitgateUsageError(f"{call}: confidence must be a fraction between 0 and 1 (like 0.95), got "
+                                f"{describe(confidence)}")
+    if not (isinstance(labels, (tuple, list)) and len(labels) == 2 and all(isinstance(x, str) for x in labels)):
+        raise DitgateUsageError(f"{call}: labels must be two strings (candidate's, reference's), got "
+                                f"{describe(labels)}")
     options = Options(mechanism, warmup, rounds, budget_ms, l2, regime, graph_idle)
     calls = [Call(candidate, args, fn_kwargs), Call(reference, args, fn_kwargs)]
-    run, notes, done, device, clocks = _collect(calls, options)
+    roles = [f"the {labels[0]} `{callable_name(candidate)}`", f"the {labels[1]} `{callable_name(reference)}`"]
+    run, notes, done, device, clocks = _collect(calls, options, roles)
     backends = backend if isinstance(backend, tuple) else (backend, backend)
     a, b = (_build(run, i, notes, done, device, clocks, options, label=labels[i], backend=backends[i],
                    dtype=dtype, shapes=shapes) for i in range(2))

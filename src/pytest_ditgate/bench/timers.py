@@ -32,16 +32,30 @@ class HostOnlyError(TimingError):
     """The call launched no device work: only the host clock can time it."""
 
 
+class CallRaised(Exception):
+    """The timed function itself raised ``error`` (the user's code, not a timing mechanism): ``measure``
+    reports it as that code's, never as a mechanism that failed."""
+
+    def __init__(self, fn: Callable[..., Any], error: Exception) -> None:
+        super().__init__(f"{type(error).__name__}: {error}")
+        self.fn, self.error = fn, error
+
+
 @dataclass
 class Call:
-    """A function bound to its arguments."""
+    """A function bound to its arguments; an exception it raises comes out as :class:`CallRaised`."""
 
     fn: Callable[..., Any]
     args: tuple[Any, ...] = ()
     kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __call__(self) -> Any:
-        return self.fn(*self.args, **self.kwargs)
+        try:
+            return self.fn(*self.args, **self.kwargs)
+        except CallRaised:
+            raise
+        except Exception as exc:
+            raise CallRaised(self.fn, exc) from None
 
 
 def cuda_in_use() -> bool:

@@ -27,6 +27,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
+                                      require_callable, require_int, require_number)
 from pytest_ditgate.correctness import compare, honest, poison
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
 from pytest_ditgate.correctness.structure import (as_call, map_tensors, named_call_tensors, named_leaves, named_tensors,
@@ -71,9 +73,11 @@ def check_kernel(
     keyword names of output buffers the kernel writes (poisoned before each call; the kernel's outputs
     when it returns None). Raises :class:`~pytest_ditgate.GateFailure` with a stable ``.reason``.
     """
-    if trials < 1:
-        raise DitgateUsageError(f"trials must be >= 1, got {trials}")
-    tolerance_for("float32", rtol=rtol, atol=atol, rel_norm=rel_norm)  # validates the overrides early
+    _check_arguments(candidate, reference, make_inputs, trials=trials, seed=seed, compute_dtype=compute_dtype,
+                     rtol=rtol, atol=atol, rel_norm=rel_norm, out_args=out_args, label=label,
+                     nondeterminism_atol=nondeterminism_atol,
+                     flags=dict(check_determinism=check_determinism, allow_nondeterminism=allow_nondeterminism,
+                                check_constant=check_constant, poison_memory=poison_memory, check_timers=check_timers))
     run = _Run(candidate, reference, make_inputs, trials=trials, seed=seed,
                tolerance=dict(rtol=rtol, atol=atol, rel_norm=rel_norm, compute_dtype=compute_dtype),
                reference_dtype=_parse_reference_dtype(reference_dtype), out_args=tuple(out_args),
@@ -81,6 +85,47 @@ def check_kernel(
                allow_nondeterminism=allow_nondeterminism, check_constant=check_constant,
                poison_memory=poison_memory, check_timers=check_timers, label=label)
     return run.execute()
+
+
+CALL = "kernel_check(candidate, reference, make_inputs)"
+
+
+def _check_arguments(candidate: Any, reference: Any, make_inputs: Any, *, trials: Any, seed: Any, compute_dtype: Any,
+                     rtol: Any, atol: Any, rel_norm: Any, out_args: Any, label: Any, nondeterminism_atol: Any,
+                     flags: dict[str, Any]) -> None:
+    """Every argument checked before any call of the user's code: a usage error names the argument."""
+    require_callable(candidate, "candidate", CALL,
+                     "the kernel under test, called with the arguments make_inputs returns")
+    require_callable(reference, "reference", CALL, "plain PyTorch, called with float64 copies of the same arguments")
+    require_callable(make_inputs, "make_inputs", CALL, "make_inputs(seed) returns the arguments of one trial")
+    problem = positional_arity_error(make_inputs, 1)
+    if problem is not None:
+        raise DitgateUsageError(f"{CALL}: make_inputs is called with one argument, the seed, but {problem}; check "
+                                "the order of the arguments: kernel_check(candidate, reference, make_inputs)")
+    require_int(trials, "trials", CALL, minimum=1)
+    require_int(seed, "seed", CALL)
+    for name, value in (("rtol", rtol), ("atol", atol), ("rel_norm", rel_norm)):
+        if value is not None:
+            require_number(value, name, CALL, minimum=0)
+    require_number(nondeterminism_atol, "nondeterminism_atol", CALL, minimum=0)
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise DitgateUsageError(f"{CALL}: {name} must be True or False, got {describe(value)}")
+    if label is not None and not isinstance(label, str):
+        raise DitgateUsageError(f"{CALL}: label must be a string, got {describe(label)}")
+    if isinstance(out_args, (str, bytes)) or not isinstance(out_args, (list, tuple)) or not all(
+            isinstance(key, str) or (isinstance(key, int) and not isinstance(key, bool)) for key in out_args):
+        raise DitgateUsageError(f"{CALL}: out_args must be a tuple of positional indices and keyword names "
+                                f"(like (2,) or ('out',)), got {describe(out_args)}")
+    tolerance_for("float32", compute_dtype=compute_dtype, rtol=rtol, atol=atol, rel_norm=rel_norm)
+
+
+class _UserRaised(Exception):
+    """Internal: the user's reference raised ``error`` (unwrapped before it reaches the user)."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(error)
+        self.error = error
 
 
 def _parse_reference_dtype(value: Any) -> torch.dtype | None:
@@ -92,8 +137,7 @@ def _parse_reference_dtype(value: Any) -> torch.dtype | None:
     return getattr(torch, name)
 
 
-def _callable_name(fn: Any) -> str:
-    return getattr(fn, "__qualname__", None) or getattr(fn, "__name__", None) or type(fn).__name__
+_callable_name = callable_name
 
 
 class _Run:
@@ -108,7 +152,7 @@ class _Run:
         self.check_determinism, self.nondeterminism_atol = check_determinism, nondeterminism_atol
         self.allow_nondeterminism, self.check_constant = allow_nondeterminism, check_constant
         self.poison_memory, self.check_timers = poison_memory, check_timers
-        checks = ["shape", "dtype", "nonfinite", "mismatch(elementwise+rel-norm vs the honest-error estimate)", "input_mutated",
+        checks = ["reference_nonfinite", "shape", "dtype", "nonfinite", "mismatch(elementwise+rel-norm vs the honest-error estimate)", "input_mutated",
                   "crash", "stream-order (all streams synchronised before comparing)"]
         if poison_memory:
             checks.append("stale_output(poisoned allocations)")
@@ -140,7 +184,7 @@ class _Run:
     def _trial(self, index: int, seed: int) -> None:
         trial = TrialReport(trial=index, seed=seed)
         self.report.trials.append(trial)
-        args, kwargs = as_call(self.make_inputs(seed))
+        args, kwargs = as_call(self._inputs(index, seed))
         outs = self._out_buffers(args, kwargs)
         out_names = {f"arg{key}" if isinstance(key, int) else key for key in self.out_args}
         trial.inputs = [compare.describe(n, t) for n, t in named_call_tensors(args, kwargs)]
@@ -167,6 +211,32 @@ class _Run:
         self._judge(trial, first, second, ref_out, estimate)
         self.previous_outputs.append((index, first))
         self.output_bytes = [t.numel() * t.element_size() for _, t in named_tensors(first, "out")]
+
+    # -- running the user's code ------------------------------------------------------------------
+    def _where(self, index: int, seed: int) -> str:
+        return f"trial {index + 1} of {self.trials}, seed {seed}"
+
+    def _inputs(self, index: int, seed: int) -> Any:
+        """``make_inputs(seed)``; its exception is reported as its own, and inputs with no tensor in them are
+        a usage error (nothing would be checked)."""
+        try:
+            inputs = self.make_inputs(seed)
+        except Exception as exc:
+            hint = ""
+            if isinstance(exc, (TypeError, AttributeError)):
+                hint = ("; make_inputs is called with one int, the seed: if this function is your reference or "
+                        "your kernel, the arguments are in the wrong order: kernel_check(candidate, reference, "
+                        "make_inputs)")
+            raised_by(exc, f"make_inputs `{_callable_name(self.make_inputs)}`({seed}) ({self._where(index, seed)})"
+                      + hint)
+            raise
+        args, kwargs = as_call(inputs)
+        if not named_call_tensors(args, kwargs):
+            raise DitgateUsageError(
+                f"{CALL}: make_inputs({seed}) returned {describe(inputs)}, with no tensor in it: make_inputs must "
+                "return the kernel's arguments (a tuple, a dict, (args, kwargs) or one tensor), with its tensors "
+                "drawn from the seed; check the order of the arguments")
+        return inputs
 
     # -- running the two sides --------------------------------------------------------------------
     def _out_buffers(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
@@ -205,8 +275,10 @@ class _Run:
         except GateFailure:
             raise
         except Exception as exc:  # noqa: BLE001 - any exception inside the candidate is the crash verdict
+            raised_by(exc, f"the candidate `{_callable_name(self.candidate)}` on its {which} "
+                           f"({self._where(trial.trial, trial.seed)})")
             self._fail("crash", f"the candidate raised {type(exc).__name__} on its {which}", trial,
-                       [f"{type(exc).__name__}: {exc}"], cause=exc)
+                       [clip(f"{type(exc).__name__}: {exc}")], cause=exc)
         if result is None:
             self._fail("shape", f"the candidate returned None on its {which} (and no out_args were given)", trial, [])
         for (name, now), (_, then) in zip(named_tensors(settled, "out"), named_tensors(ordered, "out")):
@@ -217,17 +289,55 @@ class _Run:
         return ordered
 
     def _run_reference(self, trial: TrialReport, pristine: tuple, index: int) -> Any:
+        """The reference on upcast copies (float32 when it fails in float64 with an unsupported-dtype kind of
+        error). Its own exception is raised as the reference's, once, never chained through the retry."""
         dtype = self.reference_dtype
-        try:
-            out = self._call_reference(pristine, dtype, trial)
-        except _UNSUPPORTED as exc:
-            if dtype != torch.float64:
-                raise
-            out = self._call_reference(pristine, torch.float32, trial)
-            self.upcast_dtype = torch.float32
-            self.report.reference_dtype = f"float32 (float64 failed: {type(exc).__name__})"
+        out, error = self._try_reference(pristine, dtype, trial)
+        copies = f"{str(dtype).removeprefix('torch.')} copies of the inputs" if dtype is not None else "the inputs"
+        if error is not None and dtype == torch.float64 and isinstance(error, _UNSUPPORTED):
+            out, retry = self._try_reference(pristine, torch.float32, trial)
+            if retry is None:
+                self.upcast_dtype = torch.float32
+                self.report.reference_dtype = f"float32 (float64 failed: {type(error).__name__})"
+                error = None
+            elif type(retry) is type(error) and str(retry) == str(error):
+                copies = "float64 copies of the inputs (float32 copies raised the same)"
+            else:
+                copies = (f"float32 copies of the inputs, after float64 copies raised "
+                          f"{clip(f'{type(error).__name__}: {error}', 120)}")
+                error = retry
+        if error is not None:
+            raised_by(error, f"the reference `{_callable_name(self.reference)}` on {copies} "
+                             f"({self._where(trial.trial, trial.seed)}): fix the reference (or make_inputs)")
+            raise error
         _require_tensor_outputs(out)
+        self._require_finite_reference(trial, out, copies)
         return out
+
+    def _try_reference(self, pristine: tuple, dtype: torch.dtype | None, trial: TrialReport) -> tuple[Any, Any]:
+        """``(outputs, None)``, or ``(None, the exception the reference raised)``."""
+        try:
+            return self._call_reference(pristine, dtype, trial), None
+        except _UserRaised as raised:
+            return None, raised.error
+
+    def _require_finite_reference(self, trial: TrialReport, out: Any, copies: str) -> None:
+        """A reference that returns NaN or Inf checks nothing there (a candidate returning the same NaN would
+        pass): the test's bug, reported as ``reference_nonfinite`` with the first such index, never a pass."""
+        for name, ref in named_tensors(out, "out"):
+            if not compare.is_inexact(ref):
+                continue
+            bad = ~torch.isfinite(ref)
+            if bool(bad.any()):
+                where = tuple(int(i) for i in bad.nonzero()[0].tolist())
+                self._fail("reference_nonfinite", f"the REFERENCE `{_callable_name(self.reference)}` returned "
+                           f"NaN/Inf in {name} (fix the reference or make_inputs)", trial, [
+                               f"{int(bad.sum())} of {ref.numel()} elements of the reference's {name} "
+                               f"{dtype_name(ref.dtype)}{list(ref.shape)} are non-finite, computed on {copies}; first "
+                               f"at index {where}: {_num(ref[where])}",
+                               "a non-finite reference checks nothing there (a candidate returning the same NaN would "
+                               "match it): draw inputs inside the reference's domain (e.g. positive for log or sqrt) "
+                               "or compute the reference stably"], output=name)
 
     def _honest_runs(self, pristine: tuple, ref_out: Any) -> "_Estimate":
         """The reference at the candidate's precision and on float64 ``|inputs|`` (for the honest-error
@@ -240,7 +350,7 @@ class _Run:
         notes: list[str] = []
         with honest.candidate_precision(tf32=declared == "tf32",
                                         reduced_precision_reduction=declared in ("float16", "bfloat16")):
-            same = self._optional_run(pristine, None, "same-precision", notes, (GateFailure, *_UNSUPPORTED))
+            same = self._optional_run(pristine, None, "same-precision", notes, (GateFailure,))
         if self.expected_dtypes is None:
             self.expected_dtypes = self._native_dtypes(pristine, ref_out, same)
         # a reference may reject |inputs| in any way; the estimate then omits it
@@ -251,10 +361,14 @@ class _Run:
 
     def _optional_run(self, pristine: tuple, dtype: torch.dtype | None, what: str, notes: list[str],
                       catch: tuple[type[BaseException], ...]) -> Any:
-        """A reference run the estimate can do without: None (and why, in ``notes``) when it raises one of
-        ``catch``; replaced timing functions still fail the gate."""
+        """A reference run the estimate can do without: None (and why, in ``notes``) when the reference raises
+        (on these dtypes or magnitudes), or the gate fails it with one of ``catch``; replaced timing functions
+        still fail the gate."""
         try:
             return self._call_reference(pristine, dtype, None)
+        except _UserRaised as raised:
+            notes.append(f"{what} run failed ({type(raised.error).__name__}): not used")
+            return None
         except catch as exc:
             if isinstance(exc, GateFailure) and exc.reason == "timer_tampered":
                 raise
@@ -264,7 +378,10 @@ class _Run:
     def _call_reference(self, pristine: tuple, dtype: torch.dtype | None, trial: TrialReport) -> Any:
         args, kwargs = (map_tensors(part, lambda t: compare.upcast(t, dtype)) for part in pristine)
         before = [t.clone() for _, t in named_call_tensors(args, kwargs)]
-        out = self.reference(*args, **kwargs)
+        try:
+            out = self.reference(*args, **kwargs)
+        except Exception as exc:  # the reference's own error: the caller decides how it is reported
+            raise _UserRaised(exc) from None
         outs = self._out_buffers(args, kwargs)
         if out is None and outs:
             out = outs[0] if len(outs) == 1 else tuple(outs)
@@ -296,8 +413,13 @@ class _Run:
     # -- judging one trial ------------------------------------------------------------------------
     def _judge(self, trial: TrialReport, first: Any, second: Any, ref_out: Any, estimate: "_LazyEstimate") -> None:
         if structure_of(first) != structure_of(ref_out):
+            loose = [name for name, value in named_leaves(first, "out")
+                     if value is not None and not isinstance(value, torch.Tensor)]
+            hint = ([f"kernel_check compares torch tensors: {loose[0]} is not one; return a torch.Tensor (several "
+                     "outputs as a tuple, list or dict of tensors)"] if loose else [])
             self._fail("shape", "the candidate's outputs are structured differently from the reference's", trial,
-                       [f"candidate returned {structure_of(first)}, reference returned {structure_of(ref_out)}"])
+                       [f"the candidate returned {describe(first)}",
+                        f"the reference returned {describe(ref_out)}", *hint])
         pairs = list(zip(named_tensors(first, "out"), named_tensors(ref_out, "out"), self.expected_dtypes or []))
         for (name, cand), (_, ref), expected in pairs:
             if cand.shape != ref.shape:
@@ -362,7 +484,7 @@ class _Run:
     def _judge_determinism(self, trial: TrialReport, first: Any, second: Any) -> None:
         if structure_of(first) != structure_of(second):
             self._fail("nondeterministic", "two calls on the same inputs returned differently structured outputs",
-                       trial, [f"first {structure_of(first)}, second {structure_of(second)}"])
+                       trial, [f"first {describe(first)}", f"second {describe(second)}"])
         for (name, a), (_, b) in zip(named_tensors(first, "out"), named_tensors(second, "out")):
             difference = compare.max_difference(a, b)
             trial.nondeterminism = max(trial.nondeterminism, difference)

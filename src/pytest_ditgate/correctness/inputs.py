@@ -20,11 +20,23 @@ def make_tensor(shape: Sequence[int], dtype: Any = "float32", *, seed: int = 0, 
     ``offset`` (a slice starting one row in); ``channels_last`` (4-d only, else contiguous)."""
     import torch
 
+    from pytest_ditgate.arguments import describe, require_int
     from pytest_ditgate.correctness.tolerances import dtype_name
+    from pytest_ditgate.errors import DitgateUsageError
 
     if layout not in LAYOUTS:
-        raise ValueError(f"unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
-    dtype = getattr(torch, dtype_name(dtype)) if not isinstance(dtype, torch.dtype) else dtype
+        raise DitgateUsageError(f"make_tensor: unknown layout {layout!r}; choose from {', '.join(LAYOUTS)}")
+    if not isinstance(dtype, torch.dtype):
+        found = getattr(torch, dtype_name(dtype), None) if isinstance(dtype, str) else None
+        if not isinstance(found, torch.dtype):
+            raise DitgateUsageError(f"make_tensor: dtype must be a torch.dtype or its name ('float32', 'bf16', ...), "
+                                    f"got {describe(dtype)}")
+        dtype = found
+    if isinstance(shape, (str, bytes)) or not hasattr(shape, "__iter__") or not all(
+            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        raise DitgateUsageError(f"make_tensor: shape must be a sequence of sizes >= 0 (like (33, 1152)), got "
+                                f"{describe(shape)}")
+    require_int(seed, "seed", "make_tensor")
     shape = tuple(int(s) for s in shape)
     if layout == "transposed" and len(shape) >= 2:
         storage_shape = shape[:-2] + (shape[-1], shape[-2])

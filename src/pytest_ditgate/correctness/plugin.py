@@ -26,6 +26,9 @@ class KernelCheck:
         self._defaults = defaults
         self.reports: list[Any] = []
 
+    def __repr__(self) -> str:  # pytest prints the fixture beside a failing test: keep it one short line
+        return f"<kernel_check fixture: {len(self.reports)} check(s) run>"
+
     def __call__(self, candidate: Callable[..., Any], reference: Callable[..., Any],
                  make_inputs: Callable[[int], Any], *, label: str | None = None, **kwargs: Any) -> Any:
         """Run :func:`pytest_ditgate.check_kernel`; record ``(label, passed, reason)``; return the report."""

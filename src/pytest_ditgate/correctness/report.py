@@ -14,8 +14,8 @@ from pytest_ditgate.correctness import tolerances
 from pytest_ditgate.correctness.tolerances import HonestRule, Tolerance
 
 #: stable reason codes, in the order the checks run within a trial
-REASONS = ("timer_tampered", "crash", "input_mutated", "shape", "dtype", "stale_output", "nonfinite",
-           "constant_output", "mismatch", "nondeterministic")
+REASONS = ("timer_tampered", "crash", "input_mutated", "reference_nonfinite", "shape", "dtype", "stale_output",
+           "nonfinite", "constant_output", "mismatch", "nondeterministic")
 
 
 @dataclass(frozen=True)

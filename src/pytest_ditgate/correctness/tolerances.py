@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.numbers import finite_number
 
 
 @dataclass(frozen=True)
@@ -39,11 +40,11 @@ class Tolerance:
     def override(self, *, rtol: float | None = None, atol: float | None = None,
                  rel_norm: float | None = None) -> "Tolerance":
         """This tolerance with the given fields replaced (``None`` keeps the table's value)."""
-        changes = {k: float(v) for k, v in (("rtol", rtol), ("atol", atol), ("rel_norm", rel_norm)) if v is not None}
+        changes = {k: v for k, v in (("rtol", rtol), ("atol", atol), ("rel_norm", rel_norm)) if v is not None}
         for key, value in changes.items():
-            if value < 0:
-                raise DitgateUsageError(f"{key} must be >= 0, got {value}")
-        return replace(self, **changes)
+            if not finite_number(value) or value < 0:  # a NaN bound would pass everything
+                raise DitgateUsageError(f"{key} must be >= 0 (a finite number), got {value!r}")
+        return replace(self, **{k: float(v) for k, v in changes.items()})
 
     def __str__(self) -> str:
         if self.exact:

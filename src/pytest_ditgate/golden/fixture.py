@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping
 
+from pytest_ditgate.arguments import describe, is_torch_tensor, require_callable, type_name
+from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.golden.keys import CPU_KEY, is_machine_key, machine_key, validate_key
 
 if TYPE_CHECKING:
@@ -29,7 +31,11 @@ def device_key(device: Any = None, tensors: Mapping[str, Any] | None = None) -> 
         device = cuda[0]
     import torch
 
-    device = torch.device(device)
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise DitgateUsageError(f"golden: device={describe(device)}: give a golden key ('cpu', 'sm_90'), a "
+                                "torch.device or a device string like 'cuda:0'") from None
     if device.type != "cuda":
         return CPU_KEY
     from pytest_ditgate.device import arch_label
@@ -71,13 +77,16 @@ def _cpu_model() -> str:
     return platform.processor() or "unknown CPU"
 
 
-@dataclass
+@dataclass(repr=False)
 class Golden:
     """Golden lookups for one test: ``load(name)`` and ``check(name, tensors)``."""
 
     session: "GoldenSession"
     nodeid: str
     fingerprints: dict[str, str] = field(default_factory=dict)  # machine key -> what it stands for
+
+    def __repr__(self) -> str:  # pytest prints the fixture beside a failing test: keep it one short line
+        return f"<golden fixture: {self.session.mode} mode, store {self.session.store.root}>"
 
     @property
     def mode(self) -> str:
@@ -113,9 +122,48 @@ class Golden:
         other values there fails as ``golden_stale`` too, naming them, rather than as a mismatch.
         """
         __tracebackhide__ = True
+        check_arguments(name, tensors, compare=compare, metadata=metadata, optional=optional,
+                        quality_inputs=quality_inputs, frozen_with=frozen_with)
         key = device_key(device, tensors)
         if is_machine_key(key) and key in self.fingerprints:
             metadata = {"machine": self.fingerprints[key], **dict(metadata or {})}
         return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata,
                                   optional=tuple(optional), quality_inputs=quality_inputs,
                                   frozen_with=tuple(frozen_with))
+
+
+def check_arguments(name: Any, tensors: Any, *, compare: Any, metadata: Any, optional: Any, quality_inputs: Any,
+                    frozen_with: Any) -> None:
+    """``golden.check``'s arguments, before anything is read or queued: a usage error names the argument."""
+    call = f"golden.check({name!r}, tensors)"
+    if hasattr(tensors, "shape") and hasattr(tensors, "dtype"):
+        raise DitgateUsageError(f"{call}: tensors must be a mapping of names to torch tensors, like "
+                                f"{{'out': tensor}}; got one {describe(tensors)}")
+    if not isinstance(tensors, Mapping):
+        raise DitgateUsageError(f"{call}: tensors must be a mapping of names to torch tensors, like "
+                                f"{{'out': tensor}}; got {describe(tensors)}")
+    for key, value in tensors.items():
+        if not isinstance(key, str):
+            raise DitgateUsageError(f"{call}: tensor names must be strings, got {describe(key)}")
+        if not is_torch_tensor(value):
+            hint = " (convert it with torch.from_numpy)" if type_name(value) == "numpy.ndarray" else ""
+            raise DitgateUsageError(f"{call}: tensors[{key!r}] is {describe(value)}, not a torch tensor{hint}; "
+                                    "golden files hold torch tensors")
+    if compare is not None:
+        require_callable(compare, "compare", call, "compare(candidate, hit) -> a result with a boolean passed")
+    for argument, value in (("metadata", metadata), ("quality_inputs", quality_inputs)):
+        if value is not None and not isinstance(value, Mapping):
+            raise DitgateUsageError(f"{call}: {argument} must be a mapping (or None), got {describe(value)}")
+    for argument, value in (("optional", optional), ("frozen_with", frozen_with)):
+        items = None if isinstance(value, (str, bytes, Mapping)) else _items(value)
+        if items is None or not all(isinstance(item, str) for item in items):
+            raise DitgateUsageError(f"{call}: {argument} must be a list of strings (like ['seed']), got "
+                                    f"{describe(value)}")
+
+
+def _items(value: Any) -> list[Any] | None:
+    try:
+        return list(value)
+    except TypeError:
+        return None
+

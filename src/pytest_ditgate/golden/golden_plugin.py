@@ -35,12 +35,26 @@ class GoldenPluginState:
     report: Any = None  # GoldenReport, after sessionfinish
 
 
-def golden_dir(config: pytest.Config) -> Path:
+def golden_dir(config: pytest.Config, mode: str = "check") -> Path:
+    """The golden store folder. One named by ``--ditgate-golden-dir`` must exist unless goldens are being
+    frozen (a typo'd folder would otherwise fail every golden test as missing, asking to freeze there);
+    freezing creates it inside the project or in an existing folder. The default ``<rootdir>/golden`` may
+    be missing (a project without goldens)."""
+    from pytest_ditgate.project_config import missing_folder_problem
+
     raw = options.get_option(config, GOLDEN_DIR)
     path = project_path(config.rootpath, raw) if raw else Path(config.rootpath) / "golden"
     if path.exists() and not path.is_dir():
         raise pytest.UsageError(f"--ditgate-golden-dir={raw}: {path} is a file, not a folder (the golden store "
                                 "holds manifest.json and <device key>/*.safetensors)")
+    if raw and not path.exists():
+        if mode == "check":
+            raise pytest.UsageError(f"--ditgate-golden-dir={raw}: no such folder {path}; a run that checks goldens "
+                                    "reads them from an existing golden store (check the path; a new store is "
+                                    "made with --ditgate-freeze)")
+        problem = missing_folder_problem(path, config.rootpath)
+        if problem is not None:
+            raise pytest.UsageError(f"--ditgate-golden-dir={raw}: {problem}")
     return path
 
 
@@ -80,7 +94,7 @@ def pytest_configure(config: pytest.Config) -> None:
     from pytest_ditgate.golden.session import GoldenSession
     from pytest_ditgate.golden.store import GoldenStore
 
-    session = GoldenSession(GoldenStore(golden_dir(config)), mode=mode, provenance=_provenance_factory(config))
+    session = GoldenSession(GoldenStore(golden_dir(config, mode)), mode=mode, provenance=_provenance_factory(config))
     config.stash[golden_session_key] = GoldenPluginState(session, Path(config.rootpath))
     if mode == "refreeze" and not get_context(config).is_xdist_worker:
         config.issue_config_time_warning(pytest.PytestWarning(

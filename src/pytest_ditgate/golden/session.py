@@ -12,7 +12,8 @@ import fnmatch
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from pytest_ditgate.errors import GateFailure
+from pytest_ditgate.arguments import clip, describe
+from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.fsutil import lock_for
 from pytest_ditgate.golden.comparator import TensorComparator
 from pytest_ditgate.golden.frozen_with import disagreement as metadata_disagreement
@@ -194,10 +195,10 @@ class GoldenSession:
         comparison = None
         if shared:
             shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
-            comparison = (compare or TensorComparator())(shared, shared_hit)
+            comparison = _compared(compare, shared, shared_hit, name)
         if names or not bool(getattr(comparison, "passed", False)):
             lines = [] if comparison is None else (
-                comparison.lines() if hasattr(comparison, "lines") else [str(comparison)])
+                [clip(line) for line in comparison.lines()] if hasattr(comparison, "lines") else [describe(comparison)])
             if not_compared:
                 lines.append(_not_compared_line(not_compared))
             raise GateFailure("golden_mismatch", f"{hit.describe()} does not match:\n  " + "\n  ".join(lines + names),
@@ -234,8 +235,8 @@ class GoldenSession:
         replaces a file it did not write in this run: a golden another run froze meanwhile is kept (a
         different value is an error naming both), and so is a file the manifest does not list.
         """
-        if self.mode == "check":
-            return
+        if self.mode == "check" or (not self.pending and not self.store.root.exists()):
+            return  # nothing to write, and no store whose killed writes need cleaning: create nothing
         from pytest_ditgate.fsutil import remove_stale_temps
 
         try:
@@ -291,6 +292,27 @@ class GoldenSession:
             theirs[n].dtype == ours[n].dtype and theirs[n].shape == ours[n].shape
             and theirs[n].view(-1).view(dtype=_bytes_dtype()).equal(ours[n].view(-1).view(dtype=_bytes_dtype()))
             for n in ours)
+
+
+def _compared(compare: Callable[[Mapping[str, Any], GoldenHit], Any] | None, shared: Mapping[str, Any],
+              hit: GoldenHit, name: str) -> Any:
+    """The comparator's result; a user's comparator that raises is reported as its own error, and one that
+    returns no boolean ``passed`` is a usage error (a bare bool would otherwise always read as a mismatch)."""
+    if compare is None:
+        return TensorComparator()(shared, hit)
+    from pytest_ditgate.arguments import callable_name, raised_by
+
+    try:
+        result = compare(shared, hit)
+    except (GateFailure, DitgateUsageError):  # a gate inside the comparator (quality_gate.check) said no
+        raise
+    except Exception as exc:
+        raised_by(exc, f"the comparator `{callable_name(compare)}` of golden {name!r}")
+        raise
+    if getattr(result, "passed", None) is None:
+        raise DitgateUsageError(f"golden {name!r}: compare must return a result with a boolean passed (and "
+                                f"optionally lines()), got {describe(result)}")
+    return result
 
 
 def _bytes_dtype() -> Any:

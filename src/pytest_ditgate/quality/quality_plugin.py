@@ -8,6 +8,7 @@ Only stdlib and pytest at import: torch comes with the first check.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -141,6 +142,9 @@ class QualityGate:
         self._item = item
         self._image_root = image_root
 
+    def __repr__(self) -> str:  # pytest prints the fixture beside a failing test: keep it one short line
+        return f"<quality_gate fixture: class {self._session.experiment_class}, contract {self._session.contract_path}>"
+
     @property
     def experiment_class(self) -> str:
         """``--ditgate-class``, unless the declared candidate's evidence forces a stricter class."""
@@ -178,6 +182,8 @@ class QualityGate:
         __tracebackhide__ = True
         from pytest_ditgate.quality.evaluate import evaluate_quality
 
+        _check_arguments(case, experiment_class=experiment_class, kinds=kinds, tolerance_scale=tolerance_scale,
+                         prompts=prompts, labels=labels, image_range=image_range)
         candidate, baseline = _as_named(case, candidate, baseline)
         result = evaluate_quality(candidate, baseline, contract=self._session.contract(),
                                   experiment_class=self._checked_class(experiment_class or self._session.experiment_class),
@@ -193,18 +199,60 @@ class QualityGate:
         return result
 
 
+CALL = "quality_gate.check(case, candidate, baseline)"
+
+
+def _check_arguments(case: Any, *, experiment_class: Any, kinds: Any, tolerance_scale: Any, prompts: Any,
+                     labels: Any, image_range: Any) -> None:
+    """Every argument but the tensors, before any metric runs: a usage error names the argument."""
+    from pytest_ditgate.arguments import describe, require_number
+    from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
+
+    if not isinstance(case, str) or not case.strip():
+        raise DitgateUsageError(f"{CALL}: case must be the case's name (a non-empty string) and comes first; got "
+                                f"{describe(case)}")
+    if experiment_class is not None and experiment_class not in EXPERIMENT_CLASSES:
+        raise DitgateUsageError(f"{CALL}: experiment_class={experiment_class!r}: choose from "
+                                f"{', '.join(EXPERIMENT_CLASSES)} (or None: --ditgate-class)")
+    if kinds is not None and not (isinstance(kinds, Mapping) and all(isinstance(k, str) for k in kinds)):
+        raise DitgateUsageError(f"{CALL}: kinds must map tensor names to image, latent or activation, got "
+                                f"{describe(kinds)}")
+    require_number(tolerance_scale, "tolerance_scale", CALL, minimum=0, exclusive=True)
+    if prompts is not None and not isinstance(prompts, str) and not (
+            isinstance(prompts, (list, tuple)) and all(isinstance(p, str) for p in prompts)):
+        raise DitgateUsageError(f"{CALL}: prompts must be a string or a list of strings, got {describe(prompts)}")
+    if labels is not None and not (isinstance(labels, (list, tuple)) and all(
+            isinstance(label, int) and not isinstance(label, bool) for label in labels)):
+        raise DitgateUsageError(f"{CALL}: labels must be a list of class ids (ints), one per image, got "
+                                f"{describe(labels)}")
+    if image_range is not None:
+        ok = isinstance(image_range, (list, tuple)) and len(image_range) == 2 and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) for x in image_range)
+        if not ok or image_range[0] >= image_range[1]:
+            raise DitgateUsageError(f"{CALL}: image_range must be (low, high), two finite numbers with low < high, "
+                                    f"got {describe(image_range)}")
+
+
 def _as_named(case: str, candidate: Any, baseline: Any) -> tuple[Mapping[str, Any], Mapping[str, Any]]:
     """Both sides as mappings of named tensors: two tensors become ``{case: tensor}`` each."""
     __tracebackhide__ = True
+    from pytest_ditgate.arguments import describe, is_torch_tensor, type_name
+
     kinds = [isinstance(side, Mapping) for side in (candidate, baseline)]
-    if all(kinds):
-        return candidate, baseline
     tensors = [hasattr(side, "shape") and hasattr(side, "dtype") for side in (candidate, baseline)]
-    if not any(kinds) and all(tensors):
-        return {case: candidate}, {case: baseline}
-    names = [type(side).__name__ for side in (candidate, baseline)]
-    raise DitgateUsageError(f"quality_gate.check({case!r}, candidate, baseline): give two tensors or two mappings "
-                            f"of named tensors, got {names[0]} and {names[1]}")
+    if not (all(kinds) or (not any(kinds) and all(tensors))):
+        names = [type(side).__name__ for side in (candidate, baseline)]
+        raise DitgateUsageError(f"quality_gate.check({case!r}, candidate, baseline): give two tensors or two mappings "
+                                f"of named tensors, got {names[0]} and {names[1]}")
+    named = (candidate, baseline) if all(kinds) else ({case: candidate}, {case: baseline})
+    for side, values in zip(("candidate", "baseline"), named):
+        for key, value in values.items():
+            if not isinstance(key, str) or not is_torch_tensor(value):
+                what = f"{side}[{key!r}]" if all(kinds) else side
+                hint = " (convert it with torch.from_numpy)" if type_name(value) == "numpy.ndarray" else ""
+                raise DitgateUsageError(f"quality_gate.check({case!r}, candidate, baseline): {what} must be a torch "
+                                        f"tensor named by a string, got {describe(value)}{hint}")
+    return named
 
 
 @pytest.fixture

@@ -37,14 +37,19 @@ def effective_class(config: pytest.Config) -> str:
     return found.effective if found is not None else declared_class(config)
 
 
-@dataclass
+@dataclass(repr=False)
 class CandidateDeclaration:
     config: pytest.Config
     unsent: list[str] = field(default_factory=list)
 
+    def __repr__(self) -> str:  # pytest prints the fixture beside a failing test: keep it one short line
+        return f"<ditgate_candidate fixture: class {declared_class(self.config)}>"
+
     def declare(self, *modules: Any, state_dicts: Iterable[Mapping[str, Any]] = (),
                 sampling: Mapping[str, Any] | None = None, frozen_sampling: Mapping[str, Any] | None = None) -> "Classification":
         from pytest_ditgate.verdict.classify import approximation_evidence, classify_tagged, quantization_evidence
+
+        state_dicts = _check_declaration(modules, state_dicts, sampling, frozen_sampling)
 
         quant = [f"quant: {e}" for e in quantization_evidence(modules, state_dicts)]
         approx = [f"approx: {e}" for e in approximation_evidence(sampling or {}, frozen_sampling or {})]
@@ -55,6 +60,25 @@ class CandidateDeclaration:
         self.config.stash[effective_class_key] = result
         self.unsent.extend(e for e in quant + approx if e not in self.unsent)
         return result
+
+
+def _check_declaration(modules: tuple[Any, ...], state_dicts: Any, sampling: Any,
+                       frozen_sampling: Any) -> list[Mapping[str, Any]]:
+    """``declare``'s arguments, before any evidence is gathered: a usage error names the argument."""
+    from pytest_ditgate.arguments import describe
+    from pytest_ditgate.errors import DitgateUsageError
+
+    call = "ditgate_candidate.declare(*modules, state_dicts=..., sampling=..., frozen_sampling=...)"
+    for index, module in enumerate(modules):
+        if not (callable(getattr(module, "named_modules", None)) and callable(getattr(module, "named_parameters", None))):
+            raise DitgateUsageError(f"{call}: module {index} must be a torch.nn.Module, got {describe(module)}")
+    states = None if isinstance(state_dicts, (Mapping, str)) or not hasattr(state_dicts, "__iter__") else list(state_dicts)
+    if states is None or not all(isinstance(state, Mapping) for state in states):
+        raise DitgateUsageError(f"{call}: state_dicts must be a list of state dicts, got {describe(state_dicts)}")
+    for name, value in (("sampling", sampling), ("frozen_sampling", frozen_sampling)):
+        if value is not None and not isinstance(value, Mapping):
+            raise DitgateUsageError(f"{call}: {name} must be a mapping of sampling settings, got {describe(value)}")
+    return states
 
 
 _declaration_key = pytest.StashKey[CandidateDeclaration]()

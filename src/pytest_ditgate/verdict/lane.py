@@ -25,12 +25,15 @@ LANE_BEST_LABEL = "lane-best"
 __all__ = ["CONFIG_PROPERTY", "LANE_BEST_LABEL", "LaneHandle", "ditgate_lane"]
 
 
-@dataclass
+@dataclass(repr=False)
 class LaneHandle:
     name: str | None
     arch: str
     best: dict[str, Any] | None
     item: pytest.Item | None = None
+
+    def __repr__(self) -> str:  # pytest prints the fixture beside a failing test: keep it one short line
+        return f"<ditgate_lane fixture: lane {self.name}, {self.arch}, {'a best' if self.best else 'no best'} recorded>"
 
     @property
     def best_config(self) -> dict[str, Any] | None:

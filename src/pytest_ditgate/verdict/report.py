@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_ditgate.bench.ledger import LEDGER_FILE, well_formed_comparison
-from pytest_ditgate.fsutil import read_jsonl_report
+from pytest_ditgate.fsutil import line_list, read_jsonl_report
 from pytest_ditgate.numbers import finite_number
 from pytest_ditgate.verdict.ledger import EXPERIMENTS_JSONL
 
@@ -121,12 +121,28 @@ def _fmt(value: Any, spec: str) -> str:
     return "" if number is None else format(number, spec)
 
 
+class _Record(dict):
+    """A ledger record that remembers its line number, so a note can name the records it left out."""
+
+    line: int | None = None
+
+
 def _read(path: Path, notes: list[str]) -> list[dict[str, Any]]:
     content = read_jsonl_report(path)
     message = content.skipped_message()
     if message:
         notes.append(message)
-    return content.records
+    records = []
+    for record, number in zip(content.records, content.line_numbers):
+        wrapped = _Record(record)
+        wrapped.line = number
+        records.append(wrapped)
+    return records
+
+
+def _at(records: list[Any]) -> str:
+    """``(lines 3, 7)``: where the records a note leaves out are."""
+    return f"({line_list([n for n in (getattr(r, 'line', None) for r in records) if n is not None])})"
 
 
 def _experiment_rows(experiments: list[dict[str, Any]]) -> list[list[Any]]:
@@ -161,14 +177,16 @@ def _comparison_rows(records: list[dict[str, Any]], notes: list[str], path: Path
     comparisons = [r for r in records if r.get("kind") == "comparison"]
     good = [r for r in comparisons if well_formed_comparison(r)]
     if len(good) < len(comparisons):
-        notes.append(f"{path}: left out {len(comparisons) - len(good)} comparison record(s) without a finite "
-                     "ratio, ci_low and ci_high")
+        left = [r for r in comparisons if not well_formed_comparison(r)]
+        notes.append(f"{path}: left out {len(left)} comparison record(s) without a finite ratio, ci_low and "
+                     f"ci_high {_at(left)}")
     rows = []
     for r in good[-200:]:
         sides = _obj(r.get("comparison"))
         pair = " / ".join(_text(side.get("label") or side.get("name"))
                           for side in (_obj(sides.get("a")), _obj(sides.get("b"))))
-        verdict = {True: "PASS", False: "FAIL"}.get(r.get("passed"), "")
+        verdict = {True: "PASS", False: "FAIL"}.get(r.get("passed"),
+                                                    "judged by the lane" if r.get("min_speedup") is None else "")
         rows.append([_text(r.get("test")).rsplit("::", 1)[-1], pair.strip(" /"), _text(r.get("lane")),
                      f"{r['ratio']:.4f}", f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}]", _fmt(r.get("min_speedup"), ".1%"),
                      verdict, _text(r.get("mechanism")), _text(r.get("arch"))])
@@ -179,8 +197,9 @@ def _measurement_rows(records: list[dict[str, Any]], notes: list[str], path: Pat
     raw = [r for r in records if r.get("kind") == "measurement"]
     measurements = [r["measurement"] for r in raw if isinstance(r.get("measurement"), dict)]
     if len(measurements) < len(raw):
-        notes.append(f"{path}: left out {len(raw) - len(measurements)} measurement record(s) without a "
-                     "'measurement' object")
+        left = [r for r in raw if not isinstance(r.get("measurement"), dict)]
+        notes.append(f"{path}: left out {len(left)} measurement record(s) without a 'measurement' object "
+                     f"{_at(left)}")
     return [[_text(m.get("label")), _text(m.get("backend")), _fmt(m.get("median_ms"), ".5f"),
              _fmt(m.get("cv"), ".3%"), _text(m.get("n")), _text(m.get("mechanism")), _text(m.get("arch"))]
             for m in measurements[-200:]]
@@ -191,7 +210,7 @@ def _phase_profiles(records: list[dict[str, Any]], notes: list[str], path: Path)
     MAX_PROFILES); a profile without a finite span and per-phase times is left out and counted."""
     from pytest_ditgate.bench.phases import PHASES
 
-    found, bad = [], 0
+    found, bad, where = [], 0, []
     for record in records:
         profiles = record.get("profiles")
         if profiles is None:
@@ -206,8 +225,11 @@ def _phase_profiles(records: list[dict[str, Any]], notes: list[str], path: Path)
                 found.append((_text(record.get("test")), profile))
             else:
                 bad += 1
+                if not where or where[-1] is not record:
+                    where.append(record)
     if bad:
-        notes.append(f"{path}: left out {bad} phase profile(s) without a finite span and per-phase times")
+        notes.append(f"{path}: left out {bad} phase profile(s) without a finite span and per-phase times "
+                     f"{_at(where)}")
     return found[-MAX_PROFILES:]
 
 
