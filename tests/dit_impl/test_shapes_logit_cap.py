@@ -117,6 +117,7 @@ def test_the_cap_can_read_a_slice_of_each_batch() -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.gpu_check  # torch.compile's C++ build: about 50 s of CPU on a fresh machine
 def test_the_penalty_trains_through_a_compiled_bf16_step() -> None:
     """How training uses it: hooks traced by torch.compile, the step under bf16 autocast. Read in bf16 there,
     the penalty's gradients were non-finite; in float32 they are finite and the penalty is the eager one."""

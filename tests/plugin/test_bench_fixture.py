@@ -124,7 +124,7 @@ def test_refusals_failed_kernel_check_patched_clock_and_no_gpu(pytester: pytest.
     assert not (pytester.path / ".ditgate" / "bench.jsonl").exists()
 
 
-@pytest.mark.slow  # four xdist workers start in ~30 s on two shared cores
+@pytest.mark.slow  # xdist workers each import torch
 def test_ledger_and_summary_under_xdist(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")
     body = ["def work(n):\n    return sum(range(n))\n"]
@@ -132,11 +132,11 @@ def test_ledger_and_summary_under_xdist(pytester: pytest.Pytester) -> None:
         body.append(f"def test_{i}(ditbench):\n" + "".join(
             f"    ditbench(work, 500, label='w{i}_{j}', reps=20, warmup=1)\n" for j in range(3)))
     pytester.makepyfile("\n".join(body))
-    result = pytester.runpytest_subprocess("--ditgate", "-n", "4", "-p", "no:benchmark", "-p", "no:randomly")
+    result = pytester.runpytest_subprocess("--ditgate", "-n", "2", "-p", "no:benchmark", "-p", "no:randomly")
     result.assert_outcomes(passed=8)
     records = _ledger(pytester)
     labels = sorted(r["measurement"]["label"] for r in records)
     assert labels == sorted(f"w{i}_{j}" for i in range(8) for j in range(3))
-    assert {r["worker"] for r in records} <= {"gw0", "gw1", "gw2", "gw3"}
+    assert {r["worker"] for r in records} == {"gw0", "gw1"}  # both workers wrote to the one ledger
     summary = result.stdout.str().split("ditgate benchmarks", 1)[1]
     assert all(f"[w{i}_{j}]" in summary for i in range(8) for j in range(3))

@@ -31,19 +31,21 @@ def test_doctor_json_reports_device_and_dependencies() -> None:
     assert any("artefacts" in key for key in data["workspaces"])
 
 
-def test_doctor_text_under_a_profile_says_so() -> None:
-    proc = run_cli("doctor", env_profile="a5500")
-    assert proc.returncode == 0
-    assert "PROFILE a5500 in force" in proc.stdout
-    assert "bf16 yes, fp8 no, tf32 yes" in proc.stdout
-    assert "flash yes" in proc.stdout
-    assert "real device" in proc.stdout
+def test_doctor_text_under_a_profile_says_so(use_profile, capsys) -> None:
+    use_profile("a5500")  # in this process: the command line's own process is the JSON test's
+    assert cli.main(["doctor"]) == 0
+    out = capsys.readouterr().out
+    assert "PROFILE a5500 in force" in out
+    assert "bf16 yes, fp8 no, tf32 yes" in out
+    assert "flash yes" in out
+    assert "real device" in out
 
 
-def test_doctor_target_mismatch_exits_non_zero() -> None:
-    proc = run_cli("doctor", "--target", "a5500", env_profile="h200")
-    assert proc.returncode == 1
-    assert "target mismatch" in proc.stdout and "NOT READY" in proc.stdout
+def test_doctor_target_mismatch_exits_non_zero(use_profile, capsys) -> None:
+    use_profile("h200")
+    assert cli.main(["doctor", "--target", "a5500"]) == 1
+    out = capsys.readouterr().out
+    assert "target mismatch" in out and "NOT READY" in out
 
 
 def _hide_module(monkeypatch: pytest.MonkeyPatch, hidden: str) -> None:

@@ -310,6 +310,6 @@ def test_xdist_workers_merge_into_one_manifest(pytester: pytest.Pytester) -> Non
             golden.check("g{i}", {{"x": torch.full((3,), {i}.0)}})
     """) for i in range(6))
     pytester.makepyfile(test_many=body)
-    result = pytester.runpytest_subprocess("--ditgate", "--ditgate-freeze", "-n", "2", "-p", "xdist")
+    result = pytester.runpytest("--ditgate", "--ditgate-freeze", "-n", "2", "-p", "xdist")
     result.assert_outcomes(passed=6)
     assert set(manifest(pytester)["entries"]) == {f"cpu/g{i}" for i in range(6)}  # no worker lost another's

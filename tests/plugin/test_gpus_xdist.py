@@ -32,7 +32,7 @@ def _records(path) -> list[dict]:
 def test_one_worker_per_gpu(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     pytester.makepyfile(PROBE)
-    result = pytester.runpytest_subprocess("--ditgate", "-n", "2")
+    result = pytester.runpytest("--ditgate", "-n", "2")
     result.assert_outcomes(passed=4)
     by_worker = {r["worker"]: r["visible"] for r in _records(pytester.path)}
     assert by_worker == {"gw0": "3", "gw1": "5"}
@@ -43,7 +43,7 @@ def test_one_worker_per_gpu(pytester: pytest.Pytester, monkeypatch: pytest.Monke
 def test_shared_gpu_timing_never_overlaps(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
     pytester.makepyfile(PROBE)
-    result = pytester.runpytest_subprocess("--ditgate", "-n", "2")
+    result = pytester.runpytest("--ditgate", "-n", "2")
     result.assert_outcomes(passed=4)
     records = sorted(_records(pytester.path), key=lambda r: r["start"])
     assert {r["visible"] for r in records} == {"0"}
@@ -55,7 +55,7 @@ def test_shared_gpu_timing_never_overlaps(pytester: pytest.Pytester, monkeypatch
 def test_no_pinning_without_gates(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,5")
     pytester.makepyfile(PROBE)
-    pytester.runpytest_subprocess("-n", "2", "-p", "xdist").assert_outcomes(passed=4)
+    pytester.runpytest("-n", "2", "-p", "xdist").assert_outcomes(passed=4)
     assert {r["visible"] for r in _records(pytester.path)} == {"3,5"}
 
 

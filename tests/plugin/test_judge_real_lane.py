@@ -20,6 +20,8 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, env=clean_env())
 
 
+@pytest.mark.slow
+@pytest.mark.gpu_check  # two judged runs of the DiT lane, 50 s of CPU; its DISCARD (11) is a host-clock verdict
 def test_real_dit_lane_judges_the_shapes_case_on_the_learned_metrics(tmp_path: Path) -> None:
     if not (ROOT / ".git").exists():
         pytest.skip("needs the project's git checkout to copy the committed tree")

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_project import CANDIDATE, Project
+from judge_project import CANDIDATE, Project, copy
 
 #: the gate imports these names from candidate.work
 API = """
@@ -129,11 +129,20 @@ def test_attack_in_the_candidates_process_is_caught(judged: Project, body, cls, 
     assert judged.statuses()[-1] == judged.verdict()["verdict"]["label"]
 
 
-@pytest.mark.slow
-def test_tampered_bytecode_of_a_fixed_module_never_runs(judged: Project) -> None:
-    tamper_bytecode(judged)  # ignored by git and by the lock: only the judge's source-only import stops it
+@pytest.fixture(scope="module")
+def judged_no_op(judged_template: Path, tmp_path_factory: pytest.TempPathFactory):
+    """One judged no-op commit, shared by the two tests below: a slow reference's bytecode is planted in the
+    fixed module's ``__pycache__`` first (ignored by git and by the lock: only the judge's source-only import
+    stops it), which leaves the run an honest no-op unless that import fails."""
+    judged = copy(judged_template, tmp_path_factory.mktemp("no-op") / "project")
+    tamper_bytecode(judged)
     judged.commit("no-op")
-    result = judged.experiment()
+    return judged, judged.experiment()
+
+
+@pytest.mark.slow
+def test_tampered_bytecode_of_a_fixed_module_never_runs(judged_no_op) -> None:
+    judged, result = judged_no_op
     assert result.returncode == 11, result.stdout[-4000:]
     assert "not faster than the lane best" in result.stdout
     # the reference that ran was the source's, not the tampered bytecode's (which says so when imported;
@@ -142,14 +151,13 @@ def test_tampered_bytecode_of_a_fixed_module_never_runs(judged: Project) -> None
 
 
 @pytest.mark.slow
-def test_the_judge_does_not_slow_its_childs_timed_calls(judged: Project) -> None:
+def test_the_judge_does_not_slow_its_childs_timed_calls(judged_no_op) -> None:
     """A no-op re-measured against the lane best reads about 1 with an interval far narrower than the fault's.
     On two cores the judge's imports beside the child once made a third of the calls 4x slower: intervals
     such as 0.19..0.92, and no-ops (an attack too) kept. An honest shared CI host has read intervals of
     0.92..1.14 and 0.99..1.21 and point ratios of 1.13 and 1.15, so the bounds are those of a host's noise
     (the ratio within 1.25x, the interval within 1.3x, either way), not of a quiet machine's."""
-    judged.commit("no-op")
-    result = judged.experiment()
+    judged, result = judged_no_op
     assert result.returncode == 11, result.stdout[-4000:]
     remeasured = judged.verdict()["verdict"]["objective"]["vs_best"]
     ratio = float(remeasured.split(" = ")[1].split(" (CI")[0])

@@ -85,6 +85,6 @@ def test_ditgate_commit_names_the_measured_commit_over_git(pytester: pytest.Pyte
     """A tree copied to a GPU host may carry a stale .git: the commit stated in $DITGATE_COMMIT wins."""
     pytester.makepyfile("def test_ok():\n    pass\n")
     monkeypatch.setenv("DITGATE_COMMIT", "0123abc")
-    pytester.runpytest_subprocess("--ditgate").assert_outcomes(passed=1)
+    pytester.runpytest("--ditgate").assert_outcomes(passed=1)
     env = json.loads((pytester.path / ".ditgate" / "environment.json").read_text())
     assert env["commit"] == "0123abc"

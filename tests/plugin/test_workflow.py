@@ -41,4 +41,4 @@ def test_gpu_job_targets_the_a5500_and_uploads_artefacts() -> None:
     for artefact in ("verdict.json", "results.tsv", "report.html"):
         assert artefact in upload["with"]["path"]
     cpu = flow["jobs"]["cpu"]
-    assert "pytest --ditgate -n 2 tests" in "\n".join(step.get("run", "") for step in cpu["steps"])
+    assert "./scripts/test" in "\n".join(step.get("run", "") for step in cpu["steps"])  # the README's tests
