@@ -298,7 +298,12 @@ def test_corpus_shards_split_the_gpu_corpus_without_skips(pytester: pytest.Pytes
     stage runs it): none is collected and then skipped in the others."""
     corpus = ROOT / "tests" / "gates" / "test_tolerance_corpus_gpu.py"
     ids = {}
-    for shard in ("", "0/2", "1/2"):  # in-process runs import the module afresh, so each reads its shard
+    for shard in ("", "0/2", "1/2"):
+        # the module reads its shard when imported: import it afresh in each run, whatever the outer
+        # session imported already (the in-process run restores sys.modules afterwards)
+        for name, module in list(sys.modules.items()):
+            if getattr(module, "__file__", None) and Path(module.__file__).resolve() == corpus.resolve():
+                monkeypatch.delitem(sys.modules, name)
         monkeypatch.setenv("DITGATE_CORPUS_SHARD", shard)
         items, _ = pytester.inline_genitems("-p", "no:cacheprovider", f"--rootdir={ROOT}", str(corpus))
         ids[shard] = [item.nodeid for item in items]
