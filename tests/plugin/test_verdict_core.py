@@ -21,6 +21,7 @@ def test_all_green_is_keep() -> None:
     ("mismatch", "discard-quality", 10), ("quality", "discard-quality", 10), (None, "discard-quality", 10),
     ("too_slow", "discard-performance", 11), ("timer_tampered", "discard-integrity", 12),
     ("scope", "discard-scope", 13), ("golden_stale", "crash", 15),  # a stale baseline is setup, not the candidate
+    ("reference_nonfinite", "crash", 15),  # a broken reference is the gate's bug, not the candidate's
 ])
 def test_failure_reason_decides_category(reason, label, code) -> None:
     verdict = decide([GateOutcome("t::a", "passed"), GateOutcome("t::b", "failed", reason, "boom\nmore")])

@@ -37,6 +37,7 @@ REASON_CATEGORIES: dict[str, Category] = {
     **{code: Category.PERFORMANCE for code in ("too_slow", "performance", "not_faster")},
     "crash": Category.CRASH,
     "golden_stale": Category.CRASH,  # a baseline frozen with other inputs than its test gives: setup
+    "reference_nonfinite": Category.CRASH,  # the gate's own reference is broken: the test's bug, not the candidate's
 }
 
 #: severity order for picking the headline reason: integrity first, so that no crash or other failure can
