@@ -27,7 +27,7 @@ for _path in (str(ROOT / "src"), str(ROOT)):
 INTERNAL: dict[str, tuple[str, str]] = {
     # provenance: every result file carries the plugin's own record of the machine
     "real_device": ("pytest_ditgate.device", "the detected device, never a profile"),
-    "arch_label": ("pytest_ditgate.device", "the arch key (sm_90) that names results, goldens and ledgers"),
+    "arch_label": ("pytest_ditgate.device_info", "the arch key (sm_90) that names results, goldens and ledgers"),
     "environment_record": ("pytest_ditgate.environment", "the record the plugin writes beside its own numbers"),
     # phase profiles, as ``pytest --ditgate --ditgate-profile`` takes and prints them (dit_bench)
     "Call": ("pytest_ditgate.bench.timers", "a callable as the tracer takes it"),

@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "src")]
 def _device_info(device: str) -> dict:
     import torch
 
-    from pytest_ditgate.device import arch_label
+    from pytest_ditgate.device_info import arch_label
 
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)

@@ -45,10 +45,6 @@ def parse_archs(text: str | Iterable[str | Arch]) -> list[Arch]:
     return sorted((int(a[0]), int(a[1])) for a in archs)
 
 
-def format_archs(archs: Iterable[Arch]) -> str:
-    return ", ".join(f"{a}.{b}" for a, b in archs)
-
-
 def visible_gpu_archs() -> list[Arch]:
     """Compute capabilities of every visible CUDA device (empty when there is none)."""
     try:

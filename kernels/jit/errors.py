@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Iterable
+
+
+def format_archs(archs: Iterable[tuple[int, int]]) -> str:
+    """``[(8, 6), (9, 0)]`` -> ``"8.6, 9.0"``: how every message of the JIT names target archs."""
+    return ", ".join(f"{a}.{b}" for a, b in archs)
 
 
 class JitError(RuntimeError):
@@ -18,8 +24,6 @@ class UnsupportedArchError(JitError):
 
     def __init__(self, module: str, requested: list[tuple[int, int]], supported: list[tuple[int, int]],
                  detail: str = "") -> None:
-        from kernels.jit.arch import format_archs
-
         self.module = module
         self.requested = list(requested)
         self.supported = list(supported)

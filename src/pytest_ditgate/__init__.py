@@ -14,7 +14,7 @@ __version__ = "0.1.0"
 
 # public name -> module that defines it (imported on first attribute access)
 _LAZY = {
-    "DeviceInfo": "pytest_ditgate.device",
+    "DeviceInfo": "pytest_ditgate.device_info",
     "current_device": "pytest_ditgate.device",
     "detect_device": "pytest_ditgate.device",
     "load_profile": "pytest_ditgate.profiles",
@@ -36,6 +36,7 @@ __getattr__, __dir__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers and IDEs only
-    from pytest_ditgate.device import DeviceInfo, current_device, detect_device
+    from pytest_ditgate.device import current_device, detect_device
+    from pytest_ditgate.device_info import DeviceInfo
     from pytest_ditgate.errors import GateFailure
     from pytest_ditgate.profiles import load_profile

@@ -2,9 +2,9 @@
 
 Every command works from the project root, found as pytest finds its rootdir
 (:func:`~pytest_ditgate.project_config.find_project_root`), and reads the artefact folder through the one
-resolver pytest uses too (:func:`~pytest_ditgate.experiment.artefacts.resolve_artefact_dir`): ``--dir``
-(relative to the current folder), else ``$DITGATE_DIR``, else ``[tool.ditgate] artefact_dir``, else
-``<root>/.ditgate``. So a command run from a subfolder sees what ``pytest --ditgate`` wrote.
+resolver pytest uses too (:func:`~pytest_ditgate.artefacts.command_artefact_dir`): ``--dir`` (relative to the
+current folder), else ``$DITGATE_DIR``, else ``[tool.ditgate] artefact_dir``, else ``<root>/.ditgate``. So a
+command run from a subfolder sees what ``pytest --ditgate`` wrote.
 """
 
 from __future__ import annotations
@@ -18,13 +18,9 @@ from typing import Callable, Sequence
 def artefact_dir(args: argparse.Namespace) -> "Path":
     """The artefact folder a command reads: ``--dir`` (from the current folder), else what pytest run at the
     project root uses (``$DITGATE_DIR``, ``[tool.ditgate] artefact_dir``, ``.ditgate``)."""
-    from pathlib import Path
+    from pytest_ditgate.artefacts import command_artefact_dir
 
-    from pytest_ditgate.experiment.artefacts import resolve_artefact_dir
-    from pytest_ditgate.project_config import find_project_root
-
-    option = str(Path(args.dir).expanduser().absolute()) if getattr(args, "dir", None) else None
-    return resolve_artefact_dir(find_project_root(), option)
+    return command_artefact_dir(getattr(args, "dir", None))
 
 
 def _doctor(args: argparse.Namespace) -> int:
@@ -98,12 +94,9 @@ def _report(args: argparse.Namespace) -> int:
 
     root = artefact_dir(args)
     if not root.is_dir():
-        import os
+        from pytest_ditgate.artefacts import named_by
 
-        from pytest_ditgate.experiment.artefacts import ENV
-
-        source = (f"--dir {args.dir}" if args.dir else f"{ENV}={os.environ[ENV]}" if os.environ.get(ENV)
-                  else "the artefact folder")
+        source = named_by(f"--dir {args.dir}" if args.dir else None, "the artefact folder")
         raise DitgateUsageError(f"{source}: no such ledger folder {root} (run pytest --ditgate first, or name the "
                                 "folder given to --ditgate-dir with --dir or DITGATE_DIR)")
     out = Path(args.out or root / "report.html")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,10 +9,9 @@ from typing import TYPE_CHECKING
 import pytest
 
 from pytest_ditgate import options
-from pytest_ditgate.keys import context_key
 
 if TYPE_CHECKING:
-    from pytest_ditgate.device import DeviceInfo
+    from pytest_ditgate.device_info import DeviceInfo
 
 #: fixtures whose use makes a test a gate test (skipped with a reason when ``--ditgate`` is off)
 GATE_FIXTURES = frozenset({"kernel_check", "ditbench", "golden", "ditgate_device", "ditgate_artefacts", "quality_gate",
@@ -36,14 +34,12 @@ class DitgateContext:
 
     @classmethod
     def from_config(cls, config: pytest.Config) -> "DitgateContext":
-        from pytest_ditgate.experiment.artefacts import ENV, resolve_artefact_dir
-
+        from pytest_ditgate.artefacts import named_by, resolve_artefact_dir
         from pytest_ditgate.project_config import missing_folder_problem
 
         option = options.get_option(config, options.ARTEFACT_DIR)
         artefact_dir = resolve_artefact_dir(config.rootpath, option)
-        source = (f"--ditgate-dir={option}" if option else f"{ENV}={os.environ[ENV]}" if os.environ.get(ENV)
-                  else "[tool.ditgate] artefact_dir")
+        source = named_by(f"--ditgate-dir={option}" if option else None, "[tool.ditgate] artefact_dir")
         if artefact_dir.exists() and not artefact_dir.is_dir():
             raise pytest.UsageError(f"{source}: {artefact_dir} is a file, not a folder; the run "
                                     "artefacts (ledgers, environment.json, images) need a folder")
@@ -77,6 +73,10 @@ class DitgateContext:
         path = self.artefact_dir.joinpath(*parts)
         path.parent.mkdir(parents=True, exist_ok=True)
         return path
+
+
+#: the session-wide ditgate state, built once in ``plugin.py``'s ``pytest_configure``
+context_key = pytest.StashKey[DitgateContext]()
 
 
 def get_context(config: pytest.Config) -> DitgateContext:

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_ditgate.device import PROFILE_ENV, DeviceInfo
+from pytest_ditgate.device_info import DeviceInfo
+from pytest_ditgate.profiles import PROFILE_ENV
 
 #: (import name, distribution, what it is for, required for a gate run)
 DEPENDENCIES = (
@@ -86,14 +87,18 @@ def _locatable(module: str) -> dict[str, Any]:
 
 
 def workspaces(artefact_dir: str | None = None) -> dict[str, str]:
+    """The folders ditgate and its tools write to; the artefact folder is ``artefact_dir``, else the one the
+    ``ditgate`` commands read (:func:`~pytest_ditgate.artefacts.command_artefact_dir`)."""
+    from pytest_ditgate.artefacts import ENV, command_artefact_dir
+
     home = Path.home()
     spaces = {
-        "artefacts (--ditgate-dir / DITGATE_DIR)": artefact_dir or os.environ.get("DITGATE_DIR") or str(Path.cwd() / ".ditgate"),
+        "artefacts (--ditgate-dir / DITGATE_DIR)": artefact_dir or str(command_artefact_dir()),
         "torch extensions (TORCH_EXTENSIONS_DIR)": os.environ.get("TORCH_EXTENSIONS_DIR", str(home / ".cache" / "torch_extensions")),
         "triton cache (TRITON_CACHE_DIR)": os.environ.get("TRITON_CACHE_DIR", str(home / ".triton" / "cache")),
     }
     for name, value in sorted(os.environ.items()):
-        if name.startswith("DITGATE_") and name not in ("DITGATE_DIR",):
+        if name.startswith("DITGATE_") and name != ENV:
             spaces[f"${name}"] = value
     return spaces
 

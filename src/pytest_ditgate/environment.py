@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import datetime as _dt
-import subprocess
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,35 +11,14 @@ import pytest
 
 from pytest_ditgate import __version__, toolchain
 from pytest_ditgate.context import get_context
+from pytest_ditgate.git import commit_id
 
 if TYPE_CHECKING:
-    from pytest_ditgate.device import DeviceInfo
+    from pytest_ditgate.device_info import DeviceInfo
 
 ENVIRONMENT_FILE = "environment.json"
 PACKAGES = ("torch", "triton", "diffusers", "torchmetrics", "lpips", "open-clip-torch", "nvidia-ml-py",
             "safetensors", "pytest", "pytest-benchmark", "pytest-xdist", "hypothesis", "numpy")
-
-
-#: names the measured commit where git cannot (a copied tree on a GPU host, perhaps with a stale .git)
-COMMIT_ENV = "DITGATE_COMMIT"
-
-
-def git_commit(cwd: str | Path | None = None) -> str | None:
-    """The commit measured: ``$DITGATE_COMMIT`` when set, else the checked-out commit (with ``-dirty`` when
-    the tree has changes), else None outside git."""
-    import os
-
-    if os.environ.get(COMMIT_ENV):
-        return os.environ[COMMIT_ENV]
-    try:
-        head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, timeout=10)
-        if head.returncode != 0:
-            return None
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True, timeout=10)
-        return head.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.SubprocessError):
-        return None
 
 
 def environment_record(device: DeviceInfo, *, real: DeviceInfo | None = None, cwd: str | Path | None = None) -> dict[str, Any]:
@@ -57,7 +35,7 @@ def environment_record(device: DeviceInfo, *, real: DeviceInfo | None = None, cw
         "host": platform.node(),
         "packages": {name: toolchain.package_version(name) for name in PACKAGES},
         "nvcc": toolchain.nvcc_version(),
-        "commit": git_commit(cwd),
+        "commit": commit_id(cwd),
     }
     if real is not None and real is not device:
         record["real_device"] = real.to_dict()

@@ -10,7 +10,7 @@ import pytest
 from pytest_ditgate.context import get_context
 
 if TYPE_CHECKING:
-    from pytest_ditgate.device import DeviceInfo
+    from pytest_ditgate.device_info import DeviceInfo
 
 
 @pytest.fixture(scope="session")

@@ -16,9 +16,8 @@ from types import ModuleType
 import pytest
 
 from pytest_ditgate import options
-from pytest_ditgate.context import DitgateContext
+from pytest_ditgate.context import DitgateContext, context_key
 from pytest_ditgate.errors import DitgateUsageError
-from pytest_ditgate.keys import context_key
 
 #: light modules declaring each concern's options (``OPTIONS``), imported at every pytest start
 OPTION_MODULES = (

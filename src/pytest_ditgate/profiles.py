@@ -16,11 +16,14 @@ from typing import Any
 
 from pytest_ditgate import toolchain
 from pytest_ditgate.arguments import clip
-from pytest_ditgate.device import PROFILE_ENV, SDPA_BACKENDS, arch_label
+from pytest_ditgate.device_info import SDPA_BACKENDS, DeviceInfo, arch_label
+from pytest_ditgate.dtypes import PEAK_KEYS
 from pytest_ditgate.errors import ProfileError
 from pytest_ditgate.fsutil import CorruptFile, decode_json_object
 from pytest_ditgate.numbers import finite_number
 
+#: names the profile that replaces detection (a shipped name or a JSON file)
+PROFILE_ENV = "DITGATE_DEVICE_PROFILE"
 REQUIRED_FIELDS = ("name", "arch")
 
 
@@ -91,8 +94,6 @@ FIELDS: dict[str, tuple[str, Any]] = {
     "index": _OPT_INDEX, "cpu_reason": _OPT_STR,
     "peaks": ("an object with source (text), tflops (dtype -> number) and/or gbps (number)", None),
 }
-#: dtype keys of ``peaks.tflops`` (the dtype of the op's first input, as the phase profile names it)
-PEAK_DTYPES = ("fp64", "fp32", "tf32", "bf16", "fp16", "fp8")
 
 
 def validate_profile(data: dict[str, Any], origin: str) -> None:
@@ -164,8 +165,8 @@ def _validate_peaks(peaks: Any, where: str) -> None:
     if not isinstance(tflops, dict):
         raise ProfileError(f"{where}: peaks.tflops must be an object of dtype -> number, got {tflops!r}")
     for dtype, value in tflops.items():
-        if dtype not in PEAK_DTYPES or not _positive(value):
-            raise ProfileError(f"{where}: peaks.tflops.{dtype} = {value!r}: dtypes are {', '.join(PEAK_DTYPES)}, "
+        if dtype not in PEAK_KEYS or not _positive(value):
+            raise ProfileError(f"{where}: peaks.tflops.{dtype} = {value!r}: dtypes are {', '.join(PEAK_KEYS)}, "
                                "each a positive number")
 
 
@@ -212,14 +213,12 @@ def _read_shipped(name: str) -> dict[str, Any]:
     return read_profile(name)
 
 
-def load_profile(spec: str):
-    """A :class:`~pytest_ditgate.device.DeviceInfo` described by profile ``spec`` (name or path).
+def load_profile(spec: str) -> DeviceInfo:
+    """A :class:`~pytest_ditgate.device_info.DeviceInfo` described by profile ``spec`` (name or path).
 
     Fields the profile leaves out that describe the host rather than the GPU (torch, nvcc and triton
     versions) are filled from the real host, so toolchain requirements stay honest.
     """
-    from pytest_ditgate.device import DeviceInfo
-
     data = read_profile(spec)
     info = DeviceInfo.from_dict(data)
     host: dict[str, Any] = {}

@@ -134,7 +134,8 @@ def _profile_without_device(config: pytest.Config, exc: BaseException) -> str | 
         return None
     from pytest_ditgate.arguments import clip
     from pytest_ditgate.context import get_context
-    from pytest_ditgate.device import PROFILE_ENV, real_device
+    from pytest_ditgate.device import real_device
+    from pytest_ditgate.profiles import PROFILE_ENV
 
     try:
         device = get_context(config).device()

@@ -1,6 +1,6 @@
 """Device requirements of a test (the keywords of ``@pytest.mark.requires_gpu``), parsed and evaluated.
 
-Pure functions over :class:`~pytest_ditgate.device.DeviceInfo`: no torch, no pytest state. Parsing
+Pure functions over :class:`~pytest_ditgate.device_info.DeviceInfo`: no torch, no pytest state. Parsing
 rejects unknown keys and malformed specs; evaluation returns the exact list of what is missing.
 """
 
@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
-from pytest_ditgate.device import SDPA_BACKENDS, DeviceInfo
+from pytest_ditgate.device_info import SDPA_BACKENDS, DeviceInfo
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.numbers import finite_number
 from pytest_ditgate.toolchain import package_version

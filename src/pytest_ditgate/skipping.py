@@ -15,7 +15,7 @@ from pytest_ditgate.context import GATE_FIXTURES, GATE_MARKERS, OFF_REASON, get_
 from pytest_ditgate.errors import DitgateUsageError
 
 if TYPE_CHECKING:
-    from pytest_ditgate.device import DeviceInfo
+    from pytest_ditgate.device_info import DeviceInfo
     from pytest_ditgate.requirements import Requirements
 
 MARKER_DOCS = (
@@ -60,8 +60,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return  # inert: nothing reads the profile, and nothing heavy is imported
     import os
 
-    from pytest_ditgate.device import PROFILE_ENV
-    from pytest_ditgate.profiles import read_profile
+    from pytest_ditgate.profiles import PROFILE_ENV, read_profile
 
     spec = os.environ.get(PROFILE_ENV)
     if not spec:

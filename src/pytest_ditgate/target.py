@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pytest_ditgate.device import DeviceInfo
+from pytest_ditgate.device_info import DeviceInfo
 from pytest_ditgate.errors import DitgateUsageError, ProfileError
 
 

@@ -221,7 +221,7 @@ def test_honest_low_precision_cuda_kernels_pass_over_50_seeds(name: str) -> None
 
 
 def test_kernel_check_fixture_records_on_cuda(kernel_check, request: pytest.FixtureRequest) -> None:
-    from pytest_ditgate.keys import kernel_checks_key
+    from pytest_ditgate.correctness.plugin import kernel_checks_key
 
     kernel_check(lambda x: x * 2, lambda x: x * 2, _cuda_inputs(), label="double")
     with pytest.raises(GateFailure):

@@ -93,7 +93,7 @@ def test_pair_passes_a_real_speedup_and_fails_a_false_claim(pytester: pytest.Pyt
 def test_refusals_failed_kernel_check_patched_clock_and_no_gpu(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         import pytest
-        from pytest_ditgate.keys import kernel_checks_key
+        from pytest_ditgate.correctness.plugin import kernel_checks_key
 
         @pytest.fixture
         def failed_check(request):

@@ -100,7 +100,7 @@ def test_crash(kernel_check):
 
 CONFTEST = '''
 import pytest
-from pytest_ditgate.keys import kernel_checks_key
+from pytest_ditgate.correctness.plugin import kernel_checks_key
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item, call):

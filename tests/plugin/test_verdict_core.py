@@ -73,7 +73,7 @@ def test_corrupt_best_is_reported(tmp_path, text: str, problem: str) -> None:
 
 def test_scope(tmp_path) -> None:
     """Fixed paths and paths outside the mutable ones are named (the judge diffs against the lane's anchors)."""
-    from pytest_ditgate.experiment import git
+    from pytest_ditgate import git
 
     def run(*args: str) -> None:
         subprocess.run(["git", *args], cwd=tmp_path, check=True, capture_output=True)
@@ -141,7 +141,7 @@ def test_remeasured_best_decides_over_the_recorded_ratio() -> None:
 def test_same_code_drift_does_not_beat_the_best_under_the_lane_noise_floor() -> None:
     """An empty commit once measured 0.983 (CI 0.970..0.995) against its re-measured best on a drifting host
     clock: a 0 floor kept it as a new best; the lane's default 2 % floor does not, and a real speedup still wins."""
-    from pytest_ditgate.experiment.lanes import DEFAULT_MIN_IMPROVEMENT
+    from pytest_ditgate.verdict.lane import DEFAULT_MIN_IMPROVEMENT
     from pytest_ditgate.verdict.objective import beats_best, combine
 
     objective = {"ratio": 0.32, "ci_low": 0.31, "ci_high": 0.33}
@@ -158,7 +158,7 @@ def test_same_code_drift_does_not_beat_the_best_under_the_lane_noise_floor() -> 
                                           (0.5, "min_improvement"), (True, "min_improvement"), ("2%", "min_improvement")])
 def test_lane_min_improvement_is_validated(value, error) -> None:
     from pytest_ditgate.errors import DitgateUsageError
-    from pytest_ditgate.experiment.lanes import DEFAULT_MIN_IMPROVEMENT, load_lane
+    from pytest_ditgate.verdict.lane import DEFAULT_MIN_IMPROVEMENT, load_lane
 
     table = {"tests": ["tests/gates"]} | ({} if value is None else {"min_improvement": value})
     project = {"lanes": {"fwd": table}}

@@ -15,4 +15,8 @@ L2 = OptionSpec("--ditgate-bench-l2", "L2 state for ditbench measurements: warm 
 PROFILE = OptionSpec("--ditgate-profile", "after each ditbench measurement, trace the call once more and record "
                      "its phase profile (GEMM, attention, norm/elementwise, copies, idle gaps), top kernels and a "
                      "Chrome/Perfetto trace under <ditgate-dir>/profiles/", kind="bool")
-OPTIONS = (MECHANISM, BUDGET, L2, PROFILE)
+#: the experiment lane of this run: the ledger files every measurement (and a lane's best) under it; the
+#: verdict (``--ditgate-lane`` of an advisory run) judges that lane
+LANE = OptionSpec("--ditgate-lane", "experiment lane of an advisory verdict in this process (only `ditgate "
+                  "experiment` judges and records a lane's KEEP)")
+OPTIONS = (MECHANISM, BUDGET, L2, PROFILE, LANE)

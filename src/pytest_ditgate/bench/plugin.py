@@ -12,18 +12,17 @@ from typing import Any, Callable, Iterator
 import pytest
 
 from pytest_ditgate.bench.ledger import LEDGER_FILE
-from pytest_ditgate.bench.options import BUDGET, L2, MECHANISM, PROFILE
+from pytest_ditgate.bench.options import BUDGET, L2, LANE, MECHANISM, PROFILE
 from pytest_ditgate.context import get_context
-from pytest_ditgate.keys import kernel_checks_key
+from pytest_ditgate.correctness.plugin import kernel_checks_key
 from pytest_ditgate.options import get_option
 from pytest_ditgate.report_properties import BENCH_ATTRIBUTE, COMPARISON_PROPERTY
-from pytest_ditgate.verdict.options import LANE
 
 DEFAULT_LANE = "default"
 
 
 def _lane(config: pytest.Config) -> str:
-    """The experiment lane (``--ditgate-lane`` of the verdict plugin) the ledger files bests under."""
+    """The experiment lane (``--ditgate-lane``) the ledger files measurements and bests under."""
     return str(get_option(config, LANE) or DEFAULT_LANE)
 
 

@@ -18,23 +18,19 @@ import sys
 from contextlib import contextmanager
 from typing import Any, Iterator
 
+from pytest_ditgate.dtypes import PEAK_KEY_OF, PEAK_KEYS, torch_name
 from pytest_ditgate.errors import DitgateUsageError
 
 #: the range name's prefix; the timers leave every ``ditgate::`` range out of their device spans
 PREFIX = "ditgate::rated"
-#: dtype keys a profile's peaks know (``peaks.tflops``)
-DTYPES = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8")
-#: a torch dtype's name -> its key in DTYPES, so a caller can pass the tensor's own dtype
-_TORCH_DTYPES = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
-                 "float8_e4m3fn": "fp8", "float8_e5m2": "fp8", "float8_e4m3fnuz": "fp8", "float8_e5m2fnuz": "fp8"}
 _NAME = re.compile(r"^ditgate::rated\[(?P<label>[^\]]*)\](?P<fields>(?: [a-z]+=[A-Za-z0-9]+)*)$")
 
 
 def _dtype_key(dtype: Any) -> Any:
-    """A torch dtype (``torch.bfloat16``) as its key (``"bf16"``); a key, or anything else, as it is."""
+    """A torch dtype (``torch.bfloat16``) as its peak key (``"bf16"``); a key, or anything else, as it is."""
     if isinstance(dtype, str):
         return dtype
-    return _TORCH_DTYPES.get(str(dtype).removeprefix("torch."), dtype)
+    return PEAK_KEY_OF.get(torch_name(dtype), dtype)
 
 
 def range_name(label: str, flops: int | None = None, bytes: int | None = None, dtype: Any = None) -> str:
@@ -51,8 +47,8 @@ def range_name(label: str, flops: int | None = None, bytes: int | None = None, d
         fields.append(f"{key}={value}")
     dtype = _dtype_key(dtype)
     if dtype is not None:
-        if dtype not in DTYPES:
-            raise DitgateUsageError(f"rated dtype must be one of {', '.join(DTYPES)}, got {dtype!r}")
+        if dtype not in PEAK_KEYS:
+            raise DitgateUsageError(f"rated dtype must be one of {', '.join(PEAK_KEYS)}, got {dtype!r}")
         fields.append(f"dtype={dtype}")
     if flops is None and bytes is None:
         raise DitgateUsageError("rated needs flops or bytes (or both)")
@@ -70,7 +66,7 @@ def parse_range(name: str) -> dict[str, Any] | None:
         key, _, value = field.partition("=")
         if key in ("flops", "bytes") and value.isdigit():
             amounts[key] = int(value)
-        elif key == "dtype" and value in DTYPES:
+        elif key == "dtype" and value in PEAK_KEYS:
             amounts[key] = value
     return amounts
 

@@ -24,6 +24,7 @@ from pytest_ditgate.bench.measurement import REGIMES, Measurement, as_tuples
 from pytest_ditgate.bench.mechanisms import MECHANISMS
 from pytest_ditgate.bench.stats import METHODS
 from pytest_ditgate.bench.timers import Call, CallRaised, HostOnlyError, TimingError
+from pytest_ditgate.dtypes import torch_name
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.timer_integrity import tampered_timers
 
@@ -328,7 +329,7 @@ def timing_lock(on_gpu: bool) -> Any:
 
 
 def _host_device() -> Any:
-    from pytest_ditgate.device import DeviceInfo
+    from pytest_ditgate.device_info import DeviceInfo
 
     import sys
 
@@ -358,7 +359,7 @@ def _build(run: _Run, index: int, notes: dict[str, str], warmup: int, device: An
         clocks_end=clocks[1],
         backend=backend,
         shapes=as_tuples(shapes),
-        dtype=None if dtype is None else str(dtype).replace("torch.", ""),
+        dtype=None if dtype is None else torch_name(dtype),
         label=label,
     )
 

@@ -17,12 +17,9 @@ from typing import Any
 from pytest_ditgate.bench.profiling import PROFILE_DIR, WINDOW, PhaseProfile, summarize_trace, unavailable
 from pytest_ditgate.bench.runner import timing_lock
 from pytest_ditgate.bench.timers import Call, TimingError, cuda_in_use, profiled, synchronize
+from pytest_ditgate.dtypes import PEAK_KEY_OF_PROFILER
 from pytest_ditgate.fsutil import atomic_write_text
 
-#: torch's names of an op's first input dtype -> the dtype keys of a profile's ``peaks.tflops``
-DTYPES = {"c10::BFloat16": "bf16", "c10::Half": "fp16", "float": "fp32", "double": "fp64",
-          "c10::Float8_e4m3fn": "fp8", "c10::Float8_e5m2": "fp8", "c10::Float8_e4m3fnuz": "fp8",
-          "c10::Float8_e5m2fnuz": "fp8"}
 CPU_PEAKS_NOTE = "CPU run: no peaks, rates are absolute"
 
 
@@ -47,12 +44,13 @@ def flop_counts(events: Any) -> dict[int, tuple[int, str | None]]:
                 dtypes = list(event.dtypes())
             except Exception:
                 dtypes = []
-            counts[int(event.correlation_id())] = (flops, DTYPES.get(dtypes[0]) if dtypes else None)
+            counts[int(event.correlation_id())] = (flops, PEAK_KEY_OF_PROFILER.get(dtypes[0]) if dtypes else None)
     return counts
 
 
 def _device() -> Any:
-    from pytest_ditgate.device import DeviceInfo, real_device
+    from pytest_ditgate.device import real_device
+    from pytest_ditgate.device_info import DeviceInfo
 
     return real_device() if cuda_in_use() else DeviceInfo(name="cpu", arch="cpu")
 

@@ -33,7 +33,8 @@ from pytest_ditgate.correctness import compare, honest, poison
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
 from pytest_ditgate.correctness.structure import (as_call, map_tensors, named_call_tensors, named_leaves, named_tensors,
                                                    structure_of)
-from pytest_ditgate.correctness.tolerances import accumulation_roundoff, dtype_name, rel_norm_ceiling, tolerance_for
+from pytest_ditgate.correctness.tolerances import accumulation_roundoff, rel_norm_ceiling, tolerance_for
+from pytest_ditgate.dtypes import dtype_name
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.timer_integrity import tampered_timers
 

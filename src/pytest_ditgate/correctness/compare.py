@@ -7,7 +7,8 @@ from typing import Any
 import torch
 
 from pytest_ditgate.correctness.report import HonestBound, OutputComparison, TensorDesc
-from pytest_ditgate.correctness.tolerances import Tolerance, dtype_name
+from pytest_ditgate.correctness.tolerances import Tolerance
+from pytest_ditgate.dtypes import dtype_name
 
 
 def describe(name: str, tensor: torch.Tensor) -> TensorDesc:

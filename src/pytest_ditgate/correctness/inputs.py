@@ -21,7 +21,7 @@ def make_tensor(shape: Sequence[int], dtype: Any = "float32", *, seed: int = 0, 
     import torch
 
     from pytest_ditgate.arguments import describe, require_int
-    from pytest_ditgate.correctness.tolerances import dtype_name
+    from pytest_ditgate.dtypes import dtype_name
     from pytest_ditgate.errors import DitgateUsageError
 
     if layout not in LAYOUTS:

@@ -2,7 +2,7 @@
 (declared in ``correctness/options.py``).
 
 Registered by ``plugin.py`` under ``--ditgate``; torch is imported only when a test calls the fixture. Each
-call is recorded on the test item as ``(label, passed, reason)`` under ``keys.kernel_checks_key``, so the
+call is recorded on the test item as ``(label, passed, reason)`` under :data:`kernel_checks_key`, so the
 timing fixture can refuse to time a kernel whose output failed its reference check. How its failures
 are reported (trimmed traceback, ``[reason]`` first) is ``reporting.py``'s, shared by every gate.
 """
@@ -15,7 +15,10 @@ import pytest
 
 from pytest_ditgate import options
 from pytest_ditgate.correctness.options import SEED, TRIALS
-from pytest_ditgate.keys import kernel_checks_key
+
+#: per test item: one ``(label, passed, reason)`` tuple per ``kernel_check`` call in that test, so that
+#: ``ditbench`` can refuse to time an output that failed its reference check (correct before fast)
+kernel_checks_key = pytest.StashKey["list[tuple[str, bool, str | None]]"]()
 
 
 class KernelCheck:

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Any
 
+from pytest_ditgate.dtypes import dtype_name
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.numbers import finite_number
 
@@ -54,7 +55,7 @@ class Tolerance:
 
 EXACT = Tolerance(0.0, 0.0, 0.0)
 
-#: dtype name (as in ``str(torch.float16)`` without ``torch.``) -> tolerance against a float64 reference
+#: dtype name (:mod:`pytest_ditgate.dtypes`) -> tolerance against a float64 reference
 TOLERANCES: dict[str, Tolerance] = {
     "float64": Tolerance(rtol=1e-7, atol=1e-7, rel_norm=1e-10),
     "float32": Tolerance(rtol=1.3e-6, atol=1e-5, rel_norm=3e-5),
@@ -131,15 +132,6 @@ def rel_norm_ceiling(dtype: Any, compute_dtype: Any = None) -> float:
 
 
 _EXACT_PREFIXES = ("int", "uint", "bool")
-_ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "bfloat16", "fp16": "float16",
-            "fp32": "float32", "fp64": "float64", "fp8": "float8_e4m3fn", "cfloat": "complex64",
-            "cdouble": "complex128"}
-
-
-def dtype_name(dtype: Any) -> str:
-    """``torch.float16`` or ``"float16"`` or ``"fp16"`` -> ``"float16"``."""
-    name = str(dtype).removeprefix("torch.")
-    return _ALIASES.get(name, name)
 
 
 def tolerance_for(dtype: Any, *, compute_dtype: Any = None, rtol: float | None = None,

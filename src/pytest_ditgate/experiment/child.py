@@ -1,4 +1,5 @@
-"""The child side of a judged run (``-p pytest_ditgate.experiment.child``, folder in ``$DITGATE_CHILD_OUT``).
+"""The child side of a judged run (``-p pytest_ditgate.experiment.child``, folder in ``$DITGATE_CHILD_OUT``;
+the folder's names are ``judged_run.py``'s).
 
 This plugin runs in the candidate's process, so nothing it writes is trusted for a KEEP on its own: it
 only carries evidence out. It writes, into the fresh folder the judge made:
@@ -20,13 +21,8 @@ from typing import Any, Iterator
 
 import pytest
 
+from pytest_ditgate.judged_run import CLASS, OUT_ENV, OUTPUTS, TESTS
 from pytest_ditgate.report_properties import CLASS_EVIDENCE_PROPERTY, CONFIG_PROPERTY, REASON_PROPERTY
-
-OUT_ENV = "DITGATE_CHILD_OUT"
-OUTPUTS = "outputs.jsonl"
-TESTS = "tests.jsonl"
-CLASS = "class.json"
-LANE_BEST = "lane_best.json"
 
 
 class ChildRecorder:
@@ -42,7 +38,7 @@ class ChildRecorder:
 
     # -- outputs ------------------------------------------------------------------------------------
     def wrap_golden(self, config: pytest.Config) -> None:
-        from pytest_ditgate.keys import golden_session_key
+        from pytest_ditgate.golden.golden_plugin import golden_session_key
 
         state = config.stash.get(golden_session_key, None)
         if state is None:
@@ -175,19 +171,3 @@ def pytest_configure(config: pytest.Config) -> None:
     if out and not hasattr(config, "workerinput"):
         recorder = ChildRecorder(Path(out))
         config.pluginmanager.register(recorder, "ditgate-child-recorder")
-
-
-def in_judged_run() -> bool:
-    """Whether this process is the child run of ``ditgate experiment`` / ``ditgate baseline``."""
-    return bool(os.environ.get(OUT_ENV))
-
-
-def lane_best_config(config: pytest.Config) -> dict[str, Any] | None:
-    """The lane best the judge handed to this child (None outside a judged run or without a best)."""
-    out = os.environ.get(OUT_ENV)
-    if not out:
-        return None
-    try:
-        return json.loads((Path(out) / LANE_BEST).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

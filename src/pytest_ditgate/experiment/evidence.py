@@ -46,7 +46,7 @@ def read_child(out: Path) -> ChildEvidence:
     import json
 
     from pytest_ditgate.bench.ledger import Ledger
-    from pytest_ditgate.experiment.child import CLASS, OUTPUTS, TESTS
+    from pytest_ditgate.judged_run import CLASS, OUTPUTS, TESTS
 
     evidence = ChildEvidence(out)
     tests, bad = read_jsonl(out / TESTS)

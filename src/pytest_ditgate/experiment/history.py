@@ -69,7 +69,7 @@ class LaneHistory:
 
 def read_history(root: Path, artefacts: Path, lane: str, *, genesis_hash: str | None) -> LaneHistory:
     """Read and verify the chain: genesis pinned by the lock, tip pinned by the git ref."""
-    from pytest_ditgate.experiment import git
+    from pytest_ditgate import git
 
     path = history_path(artefacts, lane)
     pinned = git.read_blob_ref(root, ref_name(lane))
@@ -130,7 +130,7 @@ def seal(lane: str, body: dict[str, Any], previous: dict[str, Any] | None) -> di
 
 def append(root: Path, path: Path, record: dict[str, Any]) -> dict[str, Any]:
     """Append a sealed record and move the tip ref to it."""
-    from pytest_ditgate.experiment import git
+    from pytest_ditgate import git
     from pytest_ditgate.fsutil import append_line
 
     lane = record["lane"]

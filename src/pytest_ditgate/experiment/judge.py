@@ -55,8 +55,8 @@ def main(argv: list[str]) -> int:
 class Judge:
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
         from pytest_ditgate.errors import DitgateUsageError
-        from pytest_ditgate.experiment.artefacts import resolve_artefact_dir
-        from pytest_ditgate.experiment.lanes import load_lane
+        from pytest_ditgate.artefacts import resolve_artefact_dir
+        from pytest_ditgate.verdict.lane import load_lane
         from pytest_ditgate.golden.fixed_paths import LockSettings
         from pytest_ditgate.project_config import load_project_config, string_list
 
@@ -156,7 +156,7 @@ class Judge:
                                                           "fixed-paths lock does not cover"))
 
     def check_scope(self, anchors: list[tuple[str, str]]) -> list[str]:
-        from pytest_ditgate.experiment import git
+        from pytest_ditgate import git
         from pytest_ditgate.verdict.scope import matches
 
         artefacts = self._relative(self.artefacts)
@@ -188,7 +188,7 @@ class Judge:
         import json
 
         from pytest_ditgate.experiment.bootstrap import CHILD, command
-        from pytest_ditgate.experiment.child import LANE_BEST, OUT_ENV
+        from pytest_ditgate.judged_run import LANE_BEST, OUT_ENV
 
         out.mkdir(parents=True, exist_ok=False)
         if best is not None and best.get("candidate_config"):
@@ -211,7 +211,8 @@ class Judge:
 
     # -- the two modes ------------------------------------------------------------------------------
     def experiment(self) -> int:
-        from pytest_ditgate.experiment import git, history
+        from pytest_ditgate import git
+        from pytest_ditgate.experiment import history
         from pytest_ditgate.fsutil import lock_for
         from pytest_ditgate.golden.fixed_paths import read_lock
 
@@ -248,7 +249,8 @@ class Judge:
                       f"the child, {time.perf_counter() - child:.2f} s after it", flush=True)
 
     def baseline(self) -> int:
-        from pytest_ditgate.experiment import git, history
+        from pytest_ditgate import git
+        from pytest_ditgate.experiment import history
         from pytest_ditgate.fsutil import lock_for
         from pytest_ditgate.golden.fixed_paths import read_lock
 
@@ -280,7 +282,7 @@ class Judge:
         return Path(tempfile.mkdtemp(prefix=f"{self.lane.name}-{stamp}-", dir=base)) / "child"
 
     def facts(self, best: dict[str, Any] | None, changed: list[str] | None, *, arch: str | None = None) -> Any:
-        from pytest_ditgate.experiment import git
+        from pytest_ditgate import git
         from pytest_ditgate.experiment.policy import recorded_environment
         from pytest_ditgate.experiment.record import Facts
 
@@ -406,7 +408,8 @@ class Judge:
         return verdict
 
     def finish_baseline(self, out: Path, returncode: int, parent: str | None, lock_changes: list[str]) -> int:
-        from pytest_ditgate.experiment import git, history
+        from pytest_ditgate import git
+        from pytest_ditgate.experiment import history
         from pytest_ditgate.experiment.record import build
         from pytest_ditgate.golden.fixed_paths import write_lock
 

@@ -25,6 +25,8 @@ import weakref
 from itertools import compress
 from typing import Any
 
+from pytest_ditgate.dtypes import torch_name
+
 FLOAT_LOW_BIT = ("float8", "float4")
 INT_LOW_BIT = ("int8", "uint8", "int4", "uint4", "qint", "quint")
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "_int_mm", "_scaled_mm",
@@ -37,7 +39,7 @@ MIN_GRID_ELEMENTS = 4096
 
 
 def _dtype(t: Any) -> str:
-    return str(t.dtype).replace("torch.", "")
+    return torch_name(t.dtype)
 
 
 def low_bit_float(name: str) -> bool:

@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING, Mapping, Protocol
 
-from pytest_ditgate.correctness.tolerances import dtype_name
+from pytest_ditgate.dtypes import dtype_name, least_precise
 
 if TYPE_CHECKING:
     import torch
-
-    from pytest_ditgate.golden.session import GoldenHit
 
 #: dtype -> (relative L2 limit, relative max-error limit) at tolerance scale 1
 DEFAULT_LIMITS: dict[str, tuple[float, float]] = {
@@ -26,7 +24,16 @@ DEFAULT_LIMITS: dict[str, tuple[float, float]] = {
     "float16": (1e-2, 5e-2),
     "bfloat16": (3e-2, 1e-1),
 }
-_PRECISION_ORDER = ("float64", "float32", "float16", "bfloat16")
+
+
+class GoldenTensors(Protocol):
+    """What a comparator reads of the golden a lookup found (a ``GoldenHit`` of ``golden/session.py``)."""
+
+    @property
+    def tensors(self) -> Mapping[str, "torch.Tensor"]: ...
+
+    @property
+    def tolerance_scale(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -64,8 +71,8 @@ class Comparison:
 
 
 def _coarser(a: str, b: str) -> str:
-    known = [d for d in (a, b) if d in _PRECISION_ORDER]
-    return max(known, key=_PRECISION_ORDER.index) if known else "float32"
+    """The less precise of two dtype names that have default limits (``float32`` when neither has)."""
+    return least_precise((a, b), among=DEFAULT_LIMITS) or "float32"
 
 
 @dataclass(frozen=True)
@@ -96,7 +103,7 @@ class TensorComparator:
         passed = rel_l2 <= lim_l2 and rel_max <= lim_max
         return TensorDiff(name, passed, rel_l2, rel_max, lim_l2, lim_max)
 
-    def __call__(self, candidate: Mapping[str, "torch.Tensor"], hit: "GoldenHit") -> Comparison:
+    def __call__(self, candidate: Mapping[str, "torch.Tensor"], hit: GoldenTensors) -> Comparison:
         """Diffs of the tensors both sides have (the session checks that the names agree)."""
         return Comparison(tuple(self.compare_tensor(name, candidate[name], hit.tensors[name], hit.tolerance_scale)
                                 for name in sorted(set(candidate) & set(hit.tensors))))

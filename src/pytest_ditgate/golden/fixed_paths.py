@@ -11,6 +11,10 @@ Bytecode is locked like any other file, except in ``__pycache__`` folders (the j
 ``fixed_paths`` list, stops the session before a test runs, listing what changed. Deliberate runs
 (``--ditgate-freeze``, ``--ditgate-refreeze``, ``--ditgate-relock``) rewrite the lock at session end
 instead, after any goldens are written, and say so.
+
+A pytest run compares the files with the lock once: :func:`lock_state` holds the run's settings, whether
+it is deliberate, and the :class:`LockVerdict` (:meth:`LockState.evaluate`), which the advisory verdict
+(``verdict/plugin.py``) reads too. The judge, a process of its own, evaluates the lock itself.
 """
 
 from __future__ import annotations
@@ -228,13 +232,28 @@ def write_lock(settings: LockSettings, *, lanes: dict[str, Any] | None = None) -
 
 @dataclass
 class LockState:
+    """The run's lock: its settings, whether the run rewrites it (and why), and the comparison, made once."""
+
     settings: LockSettings
     deliberate: str | None  # "freeze", "refreeze", "relock" or None
+    #: this run verifies (and a deliberate run rewrites) the lock: the project asks for one, or --ditgate-relock
+    enforced: bool = True
     verdict: LockVerdict | None = None
     summary: list[str] = field(default_factory=list)
 
+    def evaluate(self) -> LockVerdict:
+        """The files compared with the lock, on the first call of the run (every later caller gets that one)."""
+        if self.verdict is None:
+            self.verdict = evaluate_lock(self.settings)
+        return self.verdict
+
 
 _state_key = pytest.StashKey[LockState]()
+
+
+def lock_state(config: pytest.Config) -> LockState | None:
+    """The run's lock state (None in an xdist worker: the controller verifies the lock)."""
+    return config.stash.get(_state_key, None)
 
 
 def _deliberate(config: pytest.Config) -> str | None:
@@ -252,17 +271,21 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = LockSettings.from_rootdir(Path(config.rootpath))
     except DitgateUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
-    if settings.configured or options.get_option(config, RELOCK):
-        config.stash[_state_key] = LockState(settings, _deliberate(config))
+    enforced = settings.configured or bool(options.get_option(config, RELOCK))
+    config.stash[_state_key] = LockState(settings, _deliberate(config), enforced)
+
+
+def _enforced(config: pytest.Config) -> LockState | None:
+    state = lock_state(config)
+    return state if state is not None and state.enforced else None
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Verify the lock before any test runs; a change stops the session unless the run is deliberate."""
-    state = session.config.stash.get(_state_key, None)
+    state = _enforced(session.config)
     if state is None:
         return
-    state.verdict = evaluate_lock(state.settings)
-    if not state.verdict.changed:
+    if not state.evaluate().changed:
         return
     if state.deliberate:
         state.summary.append(f"fixed paths changed before this --ditgate-{state.deliberate} run:")
@@ -280,7 +303,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
 @pytest.hookimpl(trylast=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Deliberate runs rewrite the lock last (after golden writes in earlier sessionfinish hooks)."""
-    state = session.config.stash.get(_state_key, None)
+    state = _enforced(session.config)
     if state is None or not state.deliberate:
         return
     try:
@@ -294,7 +317,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
-    state = config.stash.get(_state_key, None)
+    state = _enforced(config)
     if state is None or not state.summary:
         return
     terminalreporter.section("ditgate fixed paths", sep="-")

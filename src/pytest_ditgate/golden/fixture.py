@@ -38,7 +38,7 @@ def device_key(device: Any = None, tensors: Mapping[str, Any] | None = None) -> 
                                 "torch.device or a device string like 'cuda:0'") from None
     if device.type != "cuda":
         return CPU_KEY
-    from pytest_ditgate.device import arch_label
+    from pytest_ditgate.device_info import arch_label
 
     return arch_label(torch.cuda.get_device_capability(device))
 
@@ -49,7 +49,7 @@ def machine_fingerprint(device: Any = "cpu") -> str:
 
     import torch
 
-    from pytest_ditgate.device import arch_label
+    from pytest_ditgate.device_info import arch_label
     from pytest_ditgate.toolchain import package_version
 
     device = torch.device(device)

@@ -17,7 +17,6 @@ import pytest
 from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.golden.options import FREEZE, GOLDEN_DIR, REFREEZE
-from pytest_ditgate.keys import golden_session_key
 from pytest_ditgate.project_config import project_path
 
 WORKER_OUTPUT = "ditgate_golden"
@@ -33,6 +32,10 @@ class GoldenPluginState:
     ran: set[str] = field(default_factory=set)
     worker_usage: list[dict[str, Any]] = field(default_factory=list)
     report: Any = None  # GoldenReport, after sessionfinish
+
+
+#: the run's golden-store session, built in ``pytest_configure``
+golden_session_key = pytest.StashKey[GoldenPluginState]()
 
 
 def golden_dir(config: pytest.Config, mode: str = "check") -> Path:
@@ -74,13 +77,13 @@ def _provenance_factory(config: pytest.Config):
     def provenance() -> dict[str, Any]:
         if not cache:
             from pytest_ditgate.device import real_device
-            from pytest_ditgate.environment import git_commit
+            from pytest_ditgate.git import commit_id
             from pytest_ditgate.toolchain import package_version
 
             device = real_device()
             cache.update(
                 torch=package_version("torch"), diffusers=package_version("diffusers"),
-                commit=git_commit(config.rootpath),
+                commit=commit_id(config.rootpath),
                 command="pytest " + " ".join(config.invocation_params.args),
                 device={k: getattr(device, k) for k in ("name", "arch", "driver", "cuda_runtime")},
             )

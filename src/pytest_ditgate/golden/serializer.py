@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Mapping
 
+from pytest_ditgate.dtypes import torch_name
+
 if TYPE_CHECKING:
     import torch
 
@@ -30,5 +32,5 @@ class SafetensorsSerializer:
 
     def describe(self, tensors: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
         """Shape and dtype per tensor, as the manifest stores them."""
-        return {name: {"shape": list(t.shape), "dtype": str(t.dtype).replace("torch.", "")}
+        return {name: {"shape": list(t.shape), "dtype": torch_name(t.dtype)}
                 for name, t in sorted(tensors.items())}

@@ -39,8 +39,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
+from pytest_ditgate.dtypes import CONTRACT_KEYS
 from pytest_ditgate.errors import DitgateUsageError
-from pytest_ditgate.quality.specs import (DEFAULT_DTYPE_KEY, DTYPE_KEYS, EXPERIMENT_CLASSES, HIGHER, KINDS, LOWER,
+from pytest_ditgate.quality.specs import (DEFAULT_DTYPE_KEY, EXPERIMENT_CLASSES, HIGHER, KINDS, LOWER,
                                           METRICS, MetricSpec)
 
 if sys.version_info >= (3, 11):
@@ -312,9 +313,9 @@ def _limit(value: Any, spec: MetricSpec, key: str, source: str, where: str) -> A
             raise ContractError(f"{source}: {where} is an empty dtype table")
         out = {}
         for dtype, item in value.items():
-            if dtype not in DTYPE_KEYS + (DEFAULT_DTYPE_KEY,):
+            if dtype not in CONTRACT_KEYS + (DEFAULT_DTYPE_KEY,):
                 raise ContractError(f"{source}: {where}: unknown dtype key {dtype!r} "
-                                    f"(allowed: {', '.join(DTYPE_KEYS + (DEFAULT_DTYPE_KEY,))})")
+                                    f"(allowed: {', '.join(CONTRACT_KEYS + (DEFAULT_DTYPE_KEY,))})")
             out[dtype] = _checked(_number(item, source, f"{where}.{dtype}"), key, source, f"{where}.{dtype}")
         return out
     return _checked(_number(value, source, where), key, source, where)

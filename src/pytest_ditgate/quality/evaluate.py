@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
-from pytest_ditgate.correctness.tolerances import dtype_name
+from pytest_ditgate import dtypes
+from pytest_ditgate.dtypes import CONTRACT_KEY_OF, CONTRACT_KEYS, dtype_name, torch_name
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.quality import metrics as M
 from pytest_ditgate.quality.contract import QualityContract, Rule, load_contract
@@ -22,11 +23,6 @@ from pytest_ditgate.quality.specs import ACTIVATION, HIGHER, IMAGE, KINDS, LATEN
 
 if TYPE_CHECKING:
     import torch
-
-#: torch dtype name -> contract dtype key, most precise first
-DTYPE_NAMES = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16",
-               "float8_e4m3fn": "fp8_e4m3", "float8_e5m2": "fp8_e5m2"}
-_PRECISION = list(DTYPE_NAMES.values())
 
 _defaults: PerceptualModels | None = None
 
@@ -109,20 +105,19 @@ def guess_kind(tensor: "torch.Tensor") -> str:
 
 def dtype_key(dtype: Any) -> str:
     """Contract dtype key (``bf16``...) for a torch dtype or a key string."""
-    name = str(dtype).replace("torch.", "")
-    if name in DTYPE_NAMES.values() or name in ("tf32", "int8", "int4"):
+    name = torch_name(dtype)
+    if name in CONTRACT_KEYS:
         return name
-    if name in DTYPE_NAMES:
-        return DTYPE_NAMES[name]
+    if name in CONTRACT_KEY_OF:
+        return CONTRACT_KEY_OF[name]
     raise DitgateUsageError(f"unknown compute dtype {dtype!r}: use a torch floating dtype or one of "
-                            f"{', '.join(_PRECISION)}")
+                            f"{', '.join(CONTRACT_KEY_OF.values())}")
 
 
 def least_precise(tensors: Sequence["torch.Tensor"]) -> str:
     """The least precise floating dtype key among ``tensors`` (``fp32`` when none is floating)."""
-    names = [dtype_name(t.dtype) for t in tensors]
-    keys = [DTYPE_NAMES[name] for name in names if name in DTYPE_NAMES]
-    return max(keys, key=_PRECISION.index) if keys else "fp32"
+    name = dtypes.least_precise((dtype_name(t.dtype) for t in tensors), among=CONTRACT_KEY_OF)
+    return CONTRACT_KEY_OF[name] if name else "fp32"
 
 
 def evaluate_quality(candidate: Mapping[str, "torch.Tensor"], baseline: Mapping[str, "torch.Tensor"], *,

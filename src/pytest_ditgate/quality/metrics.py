@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from pytest_ditgate.dtypes import torch_name
 from pytest_ditgate.errors import DitgateUsageError
 
 if TYPE_CHECKING:
@@ -162,7 +163,7 @@ def _ordered_bits(tensor: "torch.Tensor") -> "torch.Tensor":
     """Integers that order like the floats, one step per representable value (+0 and -0 coincide)."""
     import torch
 
-    name = str(tensor.dtype).replace("torch.", "")
+    name = torch_name(tensor.dtype)
     view, mask = _ULP_VIEWS[name]
     bits = tensor.contiguous().view(getattr(torch, view)).to(torch.int64)
     magnitude = bits & mask
@@ -180,7 +181,7 @@ def max_ulp(candidate: "torch.Tensor", baseline: "torch.Tensor") -> float:
         return 0.0
     if not baseline.is_floating_point():
         return float((candidate.to(baseline.dtype).long() - baseline.long()).abs().max())
-    name = str(baseline.dtype).replace("torch.", "")
+    name = torch_name(baseline.dtype)
     if name not in _ULP_VIEWS:
         raise DitgateUsageError(f"max_ulp does not know dtype {baseline.dtype}")
     diff = _ordered_bits(candidate).double() - _ordered_bits(baseline).double()

@@ -93,6 +93,9 @@ class QualitySession:
 
 
 quality_session_key = pytest.StashKey[QualitySession]()
+#: the class the declared candidate's evidence forces on this process's quality checks (set by the verdict's
+#: ``ditgate_candidate.declare``); a check claiming a weaker class is judged under this one
+forced_class_key = pytest.StashKey[str]()
 #: per test item: the records of its quality checks (moved onto the call report)
 item_records_key = pytest.StashKey["list[dict[str, Any]]"]()
 
@@ -151,12 +154,11 @@ class QualityGate:
         return self._checked_class(self._session.experiment_class)
 
     def _checked_class(self, claimed: str) -> str:
-        from pytest_ditgate.keys import effective_class_key
-        from pytest_ditgate.verdict.classify import CLASSES
+        from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
 
-        found = self._item.config.stash.get(effective_class_key, None)
-        if found is not None and CLASSES.index(found.effective) > CLASSES.index(claimed):
-            return found.effective
+        forced = self._item.config.stash.get(forced_class_key, None)
+        if forced is not None and EXPERIMENT_CLASSES.index(forced) > EXPERIMENT_CLASSES.index(claimed):
+            return forced
         return claimed
 
     @property

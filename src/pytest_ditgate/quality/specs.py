@@ -64,6 +64,5 @@ METRICS: dict[str, MetricSpec] = {spec.name: spec for spec in (
                doc="largest distance in units in the last place of the baseline's dtype (0 = bitwise)"),
 )}
 
-#: dtype names a limit table may use, in order of decreasing precision
-DTYPE_KEYS = ("fp64", "fp32", "tf32", "fp16", "bf16", "fp8_e4m3", "fp8_e5m2", "int8", "int4")
+#: the key of a limit table's fallback (its dtype keys are :data:`pytest_ditgate.dtypes.CONTRACT_KEYS`)
 DEFAULT_DTYPE_KEY = "default"

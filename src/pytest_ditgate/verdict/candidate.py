@@ -3,7 +3,8 @@
 ``ditgate_candidate.declare(model, sampling={...}, frozen_sampling={...})`` inspects the modules and
 weights for low-bit dtypes and quantization classes and compares the sampling settings with the frozen
 corpus. The resulting class (never weaker than the declared ``--ditgate-class``) is what the quality
-gate applies in this process, and the evidence travels to the verdict with the next test report.
+gate applies in this process (this module hands it over under the quality gate's own
+``forced_class_key``), and the evidence travels to the verdict with the next test report.
 """
 
 from __future__ import annotations
@@ -13,11 +14,15 @@ from typing import TYPE_CHECKING, Any, Iterable, Mapping
 
 import pytest
 
-from pytest_ditgate.keys import effective_class_key
+from pytest_ditgate.quality.quality_plugin import forced_class_key
 from pytest_ditgate.quality.specs import DEFAULT_CLASS
 
 if TYPE_CHECKING:
     from pytest_ditgate.verdict.classify import Classification
+
+#: the experiment class this process judges the candidate as, once a gate suite declared its candidate
+#: (``ditgate_candidate.declare``): the declared class, or a stricter one the evidence forces
+effective_class_key = pytest.StashKey["Classification"]()
 
 
 def declared_class(config: pytest.Config) -> str:
@@ -58,6 +63,7 @@ class CandidateDeclaration:
         evidence += [e for e in quant + approx if e not in evidence]
         result = classify_tagged(declared_class(self.config), evidence)
         self.config.stash[effective_class_key] = result
+        self.config.stash[forced_class_key] = result.effective
         self.unsent.extend(e for e in quant + approx if e not in self.unsent)
         return result
 

@@ -11,10 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
+from pytest_ditgate.dtypes import torch_name
 from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
-
-#: from least to most constrained quality contract (owned by ``quality.specs``; re-exported here)
-CLASSES = EXPERIMENT_CLASSES
 
 LOW_BIT_DTYPES = frozenset({
     "int8", "uint8", "int4", "uint4", "qint8", "quint8", "qint32", "quint4x2", "quint2x4",
@@ -40,13 +38,9 @@ class Classification:
         return self.effective != self.declared
 
 
-def _dtype_name(dtype: Any) -> str:
-    return str(dtype).replace("torch.", "")
-
-
 def _is_mask(tensor: Any) -> bool:
     """An int8/uint8 tensor holding only 0 and 1 is a mask, not quantized weights."""
-    if _dtype_name(tensor.dtype) not in ("int8", "uint8") or tensor.numel() == 0:
+    if torch_name(tensor.dtype) not in ("int8", "uint8") or tensor.numel() == 0:
         return False
     return int(tensor.min()) >= 0 and int(tensor.max()) <= 1
 
@@ -61,13 +55,13 @@ def quantization_evidence(modules: Iterable[Any] = (), state_dicts: Iterable[Map
             if QUANT_CLASS_NAMES.search(cls.__qualname__) or cls.__module__.startswith(QUANT_MODULE_PREFIXES):
                 evidence.append(f"module {name or '<root>'} is {qualified}")
         for name, tensor in list(root.named_parameters()) + list(root.named_buffers()):
-            if _dtype_name(tensor.dtype) in LOW_BIT_DTYPES and not _is_mask(tensor):
-                evidence.append(f"tensor {name} has dtype {_dtype_name(tensor.dtype)}")
+            if torch_name(tensor.dtype) in LOW_BIT_DTYPES and not _is_mask(tensor):
+                evidence.append(f"tensor {name} has dtype {torch_name(tensor.dtype)}")
     for state in state_dicts:
         for name, tensor in state.items():
             dtype = getattr(tensor, "dtype", None)
-            if dtype is not None and _dtype_name(dtype) in LOW_BIT_DTYPES:
-                evidence.append(f"weight {name} has dtype {_dtype_name(dtype)}")
+            if dtype is not None and torch_name(dtype) in LOW_BIT_DTYPES:
+                evidence.append(f"weight {name} has dtype {torch_name(dtype)}")
     return evidence
 
 
@@ -79,11 +73,11 @@ def approximation_evidence(used: Mapping[str, Any], frozen: Mapping[str, Any]) -
 
 def classify(declared: str, *, quantization: Iterable[str] = (), approximation: Iterable[str] = ()) -> Classification:
     """The class the candidate is judged as: the strictest of its claim and the evidence."""
-    if declared not in CLASSES:
-        raise ValueError(f"unknown experiment class {declared!r}; choose from {', '.join(CLASSES)}")
+    if declared not in EXPERIMENT_CLASSES:
+        raise ValueError(f"unknown experiment class {declared!r}; choose from {', '.join(EXPERIMENT_CLASSES)}")
     quantization, approximation = list(quantization), list(approximation)
     effective = declared
-    if approximation and CLASSES.index(effective) < CLASSES.index("approximate"):
+    if approximation and EXPERIMENT_CLASSES.index(effective) < EXPERIMENT_CLASSES.index("approximate"):
         effective = "approximate"
     if quantization:
         effective = "quantization"

@@ -21,15 +21,16 @@ from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.report_properties import (CLASS_EVIDENCE_PROPERTY, COMPARISON_PROPERTY, CONFIG_PROPERTY,
                                               PEAK_MEMORY_PROPERTY, QUALITY_ATTRIBUTE, REASON_PROPERTY)
+from pytest_ditgate.bench.options import LANE
 from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
-from pytest_ditgate.verdict.options import DESCRIPTION, LANE, MIN_IMPROVEMENT, VERDICT_JSON
+from pytest_ditgate.verdict.options import DESCRIPTION, MIN_IMPROVEMENT, VERDICT_JSON
 
 
 def _min_improvement(option: float | None, project: dict[str, Any], lane: str | None) -> float:
     """The option when given; else the floor the judge would use for a declared lane (advisory runs and the
     judge then keep the same candidates; an invalid one is the same usage error); else the default."""
     from pytest_ditgate.errors import DitgateUsageError
-    from pytest_ditgate.experiment.lanes import DEFAULT_MIN_IMPROVEMENT, load_lane
+    from pytest_ditgate.verdict.lane import DEFAULT_MIN_IMPROVEMENT, load_lane
 
     if option is not None:
         return float(option)
@@ -98,16 +99,15 @@ class ExperimentSession:
 
     # -- session-level checks ---------------------------------------------------------------------
     def check_fixed_paths(self) -> list[str]:
-        """Lines describing fixed paths changed since the lock (empty when intact, unlocked or deliberate)."""
-        from pytest_ditgate.golden.fixed_paths import LockSettings, evaluate_lock
-        from pytest_ditgate.golden.options import FREEZE, REFREEZE, RELOCK
+        """Lines describing fixed paths changed since the lock (empty when intact or deliberate): the run's one
+        comparison with the lock (``golden/fixed_paths.py``), made here when this hook comes first. A project
+        that asks for no lock is judged against one too: an experiment's verdict needs its fixed paths."""
+        from pytest_ditgate.golden.fixed_paths import lock_state
 
-        if any(options.get_option(self.config, spec) for spec in (RELOCK, FREEZE, REFREEZE)):
+        state = lock_state(self.config)
+        if state is None or state.deliberate:
             return []
-        settings = LockSettings.from_rootdir(Path(self.config.rootpath))
-        if not settings.patterns:
-            return []
-        verdict = evaluate_lock(settings)
+        verdict = state.evaluate()
         return list(verdict.lines()) if verdict.changed else []
 
     # -- decision ---------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def experiment(config: pytest.Config) -> ExperimentSession | None:
 def pytest_configure(config: pytest.Config) -> None:
     if get_context(config).is_xdist_worker:
         return
-    from pytest_ditgate.experiment.child import in_judged_run
+    from pytest_ditgate.judged_run import in_judged_run
 
     if in_judged_run():
         return  # the judge's child run: the judge decides, this process only carries evidence out

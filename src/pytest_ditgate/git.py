@@ -1,26 +1,33 @@
 """The one git helper of the plugin: every ``git`` call goes through :func:`git`.
 
 The judge trusts git's object store for its anchors (the lane's baseline commit, the best's commit) and
-the working tree for what the candidate changed; nothing here takes a base from the caller.
+the working tree for what the candidate changed; nothing here takes a base from the caller. The provenance
+of a run (``environment.json``, a golden's manifest entry) names its commit with :func:`commit_id`.
 """
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
+
+#: names the measured commit where git cannot (a copied tree on a GPU host, perhaps with a stale .git)
+COMMIT_ENV = "DITGATE_COMMIT"
 
 
 class GitError(RuntimeError):
     """A git command failed (its stderr is in the message)."""
 
 
-def git(root: str | Path, *args: str, stdin: str | None = None) -> str:
-    """Run ``git args`` in ``root``; stdout, or :class:`GitError`."""
+def git(root: str | Path | None, *args: str, stdin: str | None = None, timeout: float = 120,
+        check: bool = True) -> str:
+    """Run ``git args`` in ``root`` (None: the current folder); stdout, or :class:`GitError` (when git cannot
+    run, or with ``check`` when it exits non-zero)."""
     try:
-        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=120, input=stdin)
+        proc = subprocess.run(["git", *args], cwd=root, capture_output=True, text=True, timeout=timeout, input=stdin)
     except (OSError, subprocess.SubprocessError) as exc:
         raise GitError(f"git {' '.join(args)}: {exc}") from None
-    if proc.returncode != 0:
+    if check and proc.returncode != 0:
         raise GitError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
     return proc.stdout
 
@@ -35,6 +42,19 @@ def rev(root: str | Path, name: str) -> str | None:
 
 def head(root: str | Path) -> str | None:
     return rev(root, "HEAD")
+
+
+def commit_id(root: str | Path | None = None) -> str | None:
+    """The commit measured: ``$DITGATE_COMMIT`` when set, else the checked-out commit (with ``-dirty`` when
+    the tree has changes), else None outside git."""
+    if os.environ.get(COMMIT_ENV):
+        return os.environ[COMMIT_ENV]
+    try:
+        commit = git(root, "rev-parse", "HEAD", timeout=10).strip()
+        changes = git(root, "status", "--porcelain", "--untracked-files=no", timeout=10, check=False)
+    except GitError:
+        return None
+    return commit + ("-dirty" if changes.strip() else "")
 
 
 def short(commit: str | None) -> str | None:
