@@ -376,8 +376,9 @@ def environment() -> dict[str, Any]:
 
 #: optional distributions whose presence changes what the check runs (diffusers: the DiT stages and the
 #: quality metrics; quack-kernels and the CuTe DSL: gemm=quack's tests, gate and dit_bench case; lpips and
-#: open-clip-torch: the quality weights' tests)
-OPTIONAL_PACKAGES = ("diffusers", "quack-kernels", "nvidia-cutlass-dsl", "lpips", "open-clip-torch")
+#: open-clip-torch: the quality weights' tests; import-linter: the layer test). benchmarks/gpu/fetch_wheels.sh
+#: and stage_quack.sh bring them to the project's GPU machine
+OPTIONAL_PACKAGES = ("diffusers", "quack-kernels", "nvidia-cutlass-dsl", "lpips", "open-clip-torch", "import-linter")
 
 
 def optional_packages() -> dict[str, str | None]:

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# One device call of the GPU check: set up the GPU machine (benchmarks/gpu/setup_env.sh: the .whl/ wheels,
-# quack when stage_quack.sh installed it, the project editable), run scripts/gpu_check.py with the arguments
-# given (e.g. --changed --budget-s 500), and leave under $OUT what must come back: the merged record
-# (gpu_check.json: copy it to benchmarks/results/ before the next call or the commit), the benchmark results
-# and the logs packed in one archive (a call returns at most 8 files). Prints the check's table last.
+# One device call of the GPU check: set up the GPU machine (benchmarks/gpu/setup_env.sh: the .whl/ wheels
+# of benchmarks/gpu/fetch_wheels.sh, quack when stage_quack.sh installed it, the project editable), run
+# scripts/gpu_check.py with the arguments given (e.g. --changed --budget-s 500), and leave under $OUT what
+# must come back: the merged record (gpu_check.json: copy it to benchmarks/results/ before the next call or
+# the commit), the benchmark results and the logs packed in one archive (a call returns at most 8 files).
+# Prints the check's table last.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?gpu_check_call.sh runs on the device machine, where OUT names the folder that comes back}

@@ -20,9 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 LAYERS = "pytest_ditgate: layers from the entry points down to the torch-free base"
 
 
-def _lint_imports() -> str:
-    found = Path(sys.executable).with_name("lint-imports")
-    return str(found) if found.exists() else (shutil.which("lint-imports") or "lint-imports")
+pytest.importorskip("importlinter", reason="import-linter is a test dependency (pip install -e '.[test]')")
+#: ``lint-imports`` as this interpreter runs it (wheels installed with ``--target`` leave no script on PATH)
+LINT_IMPORTS = [sys.executable, "-c", "import sys; from importlinter.cli import lint_imports_command as c; "
+                                      "sys.argv[0] = 'lint-imports'; sys.exit(c())"]
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def copy(tmp_path: Path) -> Path:
 
 def lint(folder: Path) -> subprocess.CompletedProcess:
     """``lint-imports`` run in ``folder`` (which it puts first on ``sys.path``: the copy is what it reads)."""
-    return subprocess.run([_lint_imports(), "--no-cache"], cwd=folder, capture_output=True, text=True, timeout=120)
+    return subprocess.run([*LINT_IMPORTS, "--no-cache"], cwd=folder, capture_output=True, text=True, timeout=120)
 
 
 def add(copy: Path, module: str, code: str) -> None:
