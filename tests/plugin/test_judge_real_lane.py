@@ -4,6 +4,7 @@ with the kinds and labels its test judged it with (pixel-space latents, the lear
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,9 @@ from judge_project import clean_env
 
 pytest.importorskip("diffusers")
 ROOT = Path(__file__).resolve().parents[2]
+SKIP = shutil.ignore_patterns(".git", ".venv", ".whl", ".gl", ".stage", ".ditgate", "__pycache__", "*.pyc",
+                              ".pytest_cache", ".hypothesis", ".tox", ".import_linter_cache", "build", "dist",
+                              "*.egg-info", "benchmarks", "docs", ".ci")
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
@@ -23,12 +27,10 @@ def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 @pytest.mark.slow
 @pytest.mark.gpu_check  # two judged runs of the DiT lane, 50 s of CPU; its DISCARD (11) is a host-clock verdict
 def test_real_dit_lane_judges_the_shapes_case_on_the_learned_metrics(tmp_path: Path) -> None:
-    if not (ROOT / ".git").exists():
-        pytest.skip("needs the project's git checkout to copy the committed tree")
     project = tmp_path / "project"
-    project.mkdir()
-    archive = subprocess.run(["git", "archive", "HEAD"], cwd=ROOT, capture_output=True, check=True).stdout
-    subprocess.run(["tar", "x"], input=archive, cwd=project, check=True)
+    # the working tree as it is (the GPU check's machine has a copy of it, without .git), less what is
+    # generated or never part of a lane's judged run
+    shutil.copytree(ROOT, project, ignore=SKIP)
     for args in (["git", "init", "-q"], ["git", "add", "-A"], ["git", "commit", "-qm", "project"]):
         subprocess.run(args, cwd=project, check=True, env=clean_env())
     baseline = _run([sys.executable, "-m", "pytest_ditgate", "baseline", "--lane", "dit"], project)
