@@ -315,7 +315,7 @@ STAGES = [
     # benchmarks and scripts they load, the workflow file and the agent loop's doc
     Stage("plugin", ("tests/**", *WORKLOADS, "benchmarks/*.py", "scripts/**", ".github/workflows/**",
                      "docs/agent_loop.md", "tox.ini"),
-          f"pytest --ditgate -n {PLUGIN_WORKERS} {_suite_paths(PLUGIN_TESTS)}", 300, _source(tests_result)),
+          f"pytest --ditgate -n {PLUGIN_WORKERS} {_suite_paths(PLUGIN_TESTS)}", 420, _source(tests_result)),
     Stage("suites", ("tests/conftest.py", *[f"{p}/**" if not p.endswith(".py") else p
                                             for paths in SUITES.values() for p in paths], *WORKLOADS),
           f"pytest --ditgate {_suite_paths(SUITES)}", 300, _source(tests_result)),

@@ -13,6 +13,8 @@ import pytest
 
 from pytest_ditgate.fsutil import read_jsonl
 
+from host_only import no_cuda  # noqa: F401 - a fixture: the suites below time host code, as on a CPU machine
+
 FAST_BUDGET = "--ditgate-bench-budget-ms=15"
 
 SUITE = """
@@ -32,6 +34,7 @@ def _ledger(pytester: pytest.Pytester) -> list[dict]:
     return records
 
 
+@pytest.mark.usefixtures("no_cuda")
 def test_measures_records_summarises_and_feeds_pytest_benchmark(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
     result = pytester.runpytest_subprocess("--ditgate", FAST_BUDGET, "--benchmark-json=bench.json")
@@ -76,6 +79,7 @@ def test_claim_fails(ditbench):
 """
 
 
+@pytest.mark.usefixtures("no_cuda")
 def test_pair_passes_a_real_speedup_and_fails_a_false_claim(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(PAIR)
     result = pytester.runpytest_subprocess("--ditgate", FAST_BUDGET, "-p", "no:benchmark")
@@ -90,6 +94,7 @@ def test_pair_passes_a_real_speedup_and_fails_a_false_claim(pytester: pytest.Pyt
     assert all(r["ci_low"] <= r["ratio"] <= r["ci_high"] for r in comparisons)
 
 
+@pytest.mark.usefixtures("no_cuda")
 def test_refusals_failed_kernel_check_patched_clock_and_no_gpu(pytester: pytest.Pytester) -> None:
     pytester.makeconftest("""
         import pytest

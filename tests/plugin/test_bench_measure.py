@@ -10,11 +10,14 @@ from pytest_ditgate.bench.runner import _schedule
 from pytest_ditgate.bench.timers import TimingError, assign_spans, busy_ns, chunk_spans
 from pytest_ditgate.errors import DitgateUsageError
 
+from host_only import no_cuda  # noqa: F401 - a fixture: these tests time on a host without CUDA
+
 
 def _work(n: int = 300) -> int:
     return sum(range(n))
 
 
+@pytest.mark.usefixtures("no_cuda")
 def test_wall_mechanism_counts_and_provenance() -> None:
     m = measure(_work, 500, mechanism="wall", warmup=2, reps=12, label="w", backend="py", dtype="float32",
                 shapes=[[2, 3]])
@@ -46,6 +49,7 @@ def test_measure_pair_is_interleaved_and_paired() -> None:
     ({"l2": "cold"}, "needs a CUDA device"),
     ({"mechanism": "graph"}, "graph: not available: no CUDA device"),
 ])
+@pytest.mark.usefixtures("no_cuda")
 def test_bad_options_are_clear_usage_errors(kwargs, match) -> None:
     with pytest.raises(DitgateUsageError, match=match):
         measure(_work, **{"reps": 3, "warmup": 0, **kwargs})

@@ -13,6 +13,8 @@ from pytest_ditgate.bench.fixture import DitBench
 from pytest_ditgate.bench.timers import Call
 from pytest_ditgate.fsutil import read_jsonl
 
+from host_only import no_cuda  # noqa: F401 - a fixture: hides a GPU host's device
+
 SUITE = """
 import torch
 
@@ -36,6 +38,7 @@ def test_pair(ditbench):
 """
 
 
+@pytest.mark.usefixtures("no_cuda")  # the CPU run's phases and notes
 def test_profile_option_traces_summarises_records_and_reports(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(SUITE)
     result = pytester.runpytest_subprocess("--ditgate", "--ditgate-profile", "-p", "no:benchmark",

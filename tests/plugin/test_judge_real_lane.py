@@ -4,6 +4,7 @@ with the kinds and labels its test judged it with (pixel-space latents, the lear
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_project import clean_env
+from judge_project import PLUGIN_SRC, clean_env
 
 pytest.importorskip("diffusers")
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,8 +21,16 @@ SKIP = shutil.ignore_patterns(".git", ".venv", ".whl", ".gl", ".stage", ".ditgat
                               "*.egg-info", "benchmarks", "docs", ".ci")
 
 
+def _env() -> dict[str, str]:
+    """The judge's environment, keeping packages a GPU machine installs into a folder on PYTHONPATH (diffusers
+    there): entries outside the project, which the judge accepts as long as they shadow none of its modules."""
+    inherited = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                 if entry and not Path(entry).resolve().is_relative_to(ROOT.resolve())]
+    return clean_env(PYTHONPATH=os.pathsep.join([PLUGIN_SRC, *inherited]))
+
+
 def _run(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, env=clean_env())
+    return subprocess.run(args, cwd=cwd, capture_output=True, text=True, timeout=600, env=_env())
 
 
 @pytest.mark.slow
