@@ -1,8 +1,9 @@
-"""scripts/gpu_check.py on a CPU: what each stage reads, the keys that tie a result to a tree, --verify,
---plan, and how --changed and --stages run and merge stages (with a stand-in device and stand-in stages)."""
+"""scripts/gpu_check.py on a CPU: units and their keys, --verify (green, red, debt), --plan's calls, and how
+--changed runs only the units a change reaches, with a stand-in device, stand-in runners and recordings."""
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -14,13 +15,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu_check.py"
-ENV = {"device": "NVIDIA H200", "arch": "sm_90", "torch": "2.11.0", "driver": "580", "packages": {"diffusers": "0.42.1"}}
+H200 = {"device": "NVIDIA H200", "arch": "sm_90", "torch": "2.11.0+cu130", "cuda": "13.0", "triton": "3.6.0",
+        "python": "3.12", "python_full": "3.12.3", "driver": "580.159.04", "memory_gb": 139.8,
+        "packages": {"diffusers": "0.42.1", "quack-kernels": "0.6.5"}}
+H100 = {**H200, "device": "NVIDIA H100 80GB HBM3", "memory_gb": 79.2, "driver": "580.159.03"}
 
 
 @pytest.fixture(scope="module")
 def gpu_check():
     spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
     module = importlib.util.module_from_spec(spec)
+    sys.modules["gpu_check"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
     return module
 
@@ -30,265 +35,285 @@ def gpu_record(gpu_check):
     return sys.modules["gpu_record"]
 
 
+@pytest.fixture(scope="module")
+def gpu_stages(gpu_check):
+    return sys.modules["gpu_stages"]
+
+
+# -- this repository's stages ----------------------------------------------------------------------------
+
+def test_every_test_file_is_a_unit_of_exactly_one_test_stage(gpu_check, gpu_inputs_module) -> None:
+    every = set(gpu_inputs_module.walk_tests(ROOT, ["tests"]))
+    owners: dict[str, list[str]] = {}
+    for stage in gpu_check.STAGES:
+        for unit in stage.units(ROOT):
+            owners.setdefault(unit, []).append(stage.name)
+    tests = {u: s for u, s in owners.items() if u.startswith("tests/")}
+    assert set(tests) == every and all(len(s) == 1 for s in tests.values()), {u: s for u, s in tests.items() if len(s) != 1}
+    assert owners["tests/gates/test_tolerance_corpus_gpu.py"] == ["corpus"]
+    assert owners["tests/plugin/test_report.py"] == ["plugin"] and owners["tests/dit_fast/test_fast_gpu.py"] == ["suites"]
+    assert {s.name for s in gpu_check.STAGES if s.kind == "whole"} == {"fidelity", "kernels", "dit", "loop"}
+    assert {s.name for s in gpu_check.STAGES if s.per_device} == {"fidelity", "kernels", "dit"}
+
+
+@pytest.fixture(scope="module")
+def gpu_inputs_module(gpu_check):
+    return sys.modules["gpu_inputs"]
+
+
+# -- a stand-in project, device and runners ------------------------------------------------------------------
+
+TREE = {
+    "pyproject.toml": "[project]\n",
+    "conftest.py": "",
+    "src/lib/__init__.py": "",
+    "src/lib/core.py": "X = 1\n",
+    "src/lib/judge.py": "J = 1\n",
+    "kernels/k.cu": "// k\n",
+    "tests/t/test_a.py": "def test_a(): pass\n",
+    "tests/t/test_b.py": "def test_b(): pass\n",
+    "tests/t/test_q.py": "def test_q(): pass\n",
+    "bench.py": "print(1)\n",
+    "loop.py": "print(2)\n",
+    "README.md": "docs\n",
+}
+#: what each unit's stand-in run reads (besides its own file)
+READS = {
+    "tests/t/test_a.py": ["src/lib/__init__.py", "src/lib/core.py"],
+    "tests/t/test_b.py": ["src/lib/__init__.py", "src/lib/core.py", "kernels/k.cu"],
+    "tests/t/test_q.py": ["src/lib/core.py"],
+    "bench": ["bench.py", "kernels/k.cu", "src/lib/core.py"],
+    "loop": ["loop.py", "src/lib/judge.py"],
+}
+#: units that look up an optional package
+LOOKS_UP = {"tests/t/test_q.py": ["quack"]}
+
+
+class StandIn:
+    def __init__(self, tmp_path: Path, gpu_check, gpu_record, gpu_stages, monkeypatch) -> None:
+        self.root = tmp_path / "tree"
+        for rel, text in TREE.items():
+            (self.root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (self.root / rel).write_text(text)
+        self.stages = [gpu_record.Stage("t", "tests", ("tests",), "pytest tests", 300, "rule", workers=2),
+                       gpu_record.Stage("bench", "whole", ("bench.py",), "python bench.py", 100, "rule",
+                                        per_device=True),
+                       gpu_record.Stage("loop", "whole", ("loop.py",), "python loop.py", 200, "rule")]
+        self.ran: list[tuple[str, str]] = []
+        self.failing: set[str] = set()
+        self.unrecorded: set[str] = set()
+        self.edit_during: dict[str, str] = {}
+        self.env = dict(H200)
+        self.record = tmp_path / "gpu_check.json"
+        self.logs = tmp_path / "logs"
+        self.gpu_check = gpu_check
+        monkeypatch.setattr(gpu_check, "ROOT", self.root)
+        monkeypatch.setattr(gpu_check, "STAGES", self.stages)
+        monkeypatch.setattr(gpu_check, "BY_NAME", {s.name: s for s in self.stages})
+        monkeypatch.setattr(gpu_check, "environment", lambda: dict(self.env))
+        monkeypatch.setattr(gpu_stages, "run_tests", self.run_tests)
+        monkeypatch.setattr(gpu_stages, "run_whole", self.run_whole)
+
+    def _write(self, recorded, unit: str, tag: str) -> None:
+        if unit in self.unrecorded:
+            return
+        lines = [{"k": "proc", "pid": os.getpid(), "unit": tag}]
+        reads = READS.get(unit, []) + ([unit] if unit.startswith("tests/") else [])
+        lines += [{"k": "open", "u": tag, "p": str(self.root / rel)} for rel in reads]
+        lines += [{"k": "mod", "u": tag, "n": name} for name in LOOKS_UP.get(unit, [])]
+        path = recorded.folder / f"{abs(hash(unit))}.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+
+    def _result(self, unit: str) -> dict:
+        if unit in self.edit_during:
+            (self.root / self.edit_during[unit]).write_text("edited during the run\n")
+        passed = unit not in self.failing
+        return {"passed": passed, "seconds": 20.0, "counts": {"passed": int(passed), "failed": int(not passed),
+                                                              "skipped": 0, "errors": 0},
+                "failures": [] if passed else [f"{unit}::test: boom"], "skips": []}
+
+    def run_tests(self, stage, units, logs, recorded):
+        for unit in units:
+            self.ran.append((stage.name, unit))
+            self._write(recorded, unit, str(self.root / unit))
+        return {unit: self._result(unit) for unit in units}, 30.0
+
+    def run_whole(self, stage, arch, logs, out, recorded):
+        self.ran.append((stage.name, stage.name))
+        self._write(recorded, stage.name, stage.name)
+        return self._result(stage.name)
+
+    def main(self, *args: str) -> int:
+        return self.gpu_check.main([*args, "--record", str(self.record), "--logs", str(self.logs)])
+
+    def take(self) -> list[tuple[str, str]]:
+        ran, self.ran = self.ran, []
+        return ran
+
+    def data(self) -> dict:
+        return json.loads(self.record.read_text())
+
+
 @pytest.fixture
-def shaped_tree(tmp_path: Path, gpu_check, gpu_record) -> Path:
-    """A tree with this repository's shape: every file any stage reads or the tree hash covers, each holding
-    its own path (small, and a stand-in for the real bytes)."""
-    every = set(gpu_record.hashed_files(ROOT))
-    for stage in gpu_check.STAGES:
-        every.update(gpu_record.expand(stage.all_inputs(), ROOT))
-    for path in every:
-        rel = path.relative_to(ROOT)
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(f"{rel.as_posix()}\n")
-    return tmp_path
+def stand_in(tmp_path, gpu_check, gpu_record, gpu_stages, monkeypatch) -> StandIn:
+    return StandIn(tmp_path, gpu_check, gpu_record, gpu_stages, monkeypatch)
 
 
-def _passed(seconds: float = 10.0) -> dict:
-    return {"passed": True, "seconds": seconds, "failures": []}
+ALL = [("t", "tests/t/test_a.py"), ("t", "tests/t/test_b.py"), ("t", "tests/t/test_q.py"), ("bench", "bench"),
+       ("loop", "loop")]
 
 
-def _record_all(gpu_check, gpu_record, root: Path, env: dict = ENV, result=_passed) -> dict:
-    record: dict = {}
-    for stage in gpu_check.STAGES:
-        record = gpu_record.merge(record, stage, gpu_record.state_of(stage, root), env, result(), "2026-12-04T00:00:00Z")
-    return record
+def test_a_change_runs_exactly_the_units_that_read_it(stand_in, capsys) -> None:
+    assert stand_in.main("--changed") == 0 and sorted(stand_in.take()) == sorted(ALL)
+    assert stand_in.main("--changed") == 0 and stand_in.take() == []  # nothing in debt: nothing runs
+    (stand_in.root / "src" / "lib" / "judge.py").write_text("J = 2\n")
+    assert stand_in.main("--verify") == 3 and "debt loop: edited src/lib/judge.py" in capsys.readouterr().out
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("loop", "loop")]
+    (stand_in.root / "kernels" / "k.cu").write_text("// edited\n")
+    assert stand_in.main("--changed") == 0 and sorted(stand_in.take()) == [("bench", "bench"), ("t", "tests/t/test_b.py")]
+    (stand_in.root / "tests" / "t" / "test_a.py").write_text("def test_a(): assert 1\n")
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("t", "tests/t/test_a.py")]
+    (stand_in.root / "README.md").write_text("new docs\n")  # no unit reads documentation
+    (stand_in.root / "src" / "lib" / "unread.py").write_text("")  # nor a module nothing imports
+    assert stand_in.main("--verify") == 0 and stand_in.main("--changed") == 0 and stand_in.take() == []
+    (stand_in.root / "tests" / "t" / "test_new.py").write_text("def test_new(): pass\n")  # a new unit is debt
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("t", "tests/t/test_new.py")]
+    data = stand_in.data()
+    assert data["schema"] == 3 and "key_scheme" in data and set(data["stages"]) == {"t", "bench", "loop"}
 
 
-def _stale(gpu_check, gpu_record, record: dict, root: Path) -> dict[str, str]:
-    entries = record["stages"]
-    states = {s.name: gpu_record.stage_status(entries.get(s.name), s, gpu_record.state_of(s, root))
-              for s in gpu_check.STAGES}
-    return {name: why for name, (status, why) in states.items() if status != "fresh"}
+def test_correctness_results_hold_across_cards_and_benchmarks_are_kept_per_device(stand_in) -> None:
+    """A record made on an H200 covers the same tree on an H100 (same arch and software): --changed there runs
+    no test unit, and the reverse. Benchmarks are records of one device: the H200's holds on the H100 until
+    its inputs change; then the H100 measures it, and each device keeps its own result."""
+    assert stand_in.main("--changed") == 0 and len(stand_in.take()) == len(ALL)
+    stand_in.env = dict(H100)
+    assert stand_in.main("--changed") == 0 and stand_in.take() == []
+    (stand_in.root / "bench.py").write_text("print(3)\n")
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("bench", "bench")]
+    units = stand_in.data()["stages"]["bench"]["units"]
+    assert set(units) == {"bench@NVIDIA H200", "bench@NVIDIA H100 80GB HBM3"}
+    assert units["bench@NVIDIA H100 80GB HBM3"]["environment"]["device"] == "NVIDIA H100 80GB HBM3"
+    assert "device" not in stand_in.data()["stages"]["t"]["units"]["tests/t/test_a.py"]["environment"]
+    assert stand_in.data()["stages"]["t"]["units"]["tests/t/test_a.py"]["provenance"]["device"] == "NVIDIA H200"
+    stand_in.env = dict(H200)
+    assert stand_in.main("--changed") == 0 and stand_in.take() == []
+    stand_in.env = {**H200, "torch": "2.12.0"}  # what computes changed: every correctness unit is debt
+    assert stand_in.main("--changed") == 0 and sorted(stand_in.take()) == sorted(u for u in ALL if u[0] != "bench")
 
 
-# -- what the stages read ------------------------------------------------------------------------------
-
-def test_every_hashed_file_of_this_repository_is_read_by_some_stage(gpu_check, gpu_record) -> None:
-    """A hashed file no stage reads could change without making any result stale; and every stage reads the
-    plugin and the project's configuration."""
-    assert gpu_record.uncovered(gpu_check.STAGES, ROOT) == []
-    for stage in gpu_check.STAGES:
-        assert {"src/**", "conftest.py", "pyproject.toml"} <= set(stage.all_inputs()), stage.name
-
-
-def test_an_unread_hashed_file_is_named(tmp_path: Path, gpu_record) -> None:
-    for rel in ("src/pkg/mod.py", "kernels/a.cu", "tests/x/test_a.py", "docs/a.md", "conftest.py", "pyproject.toml"):
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(rel)
-    stage = gpu_record.Stage("a", ("kernels/**",), "a", 10)
-    assert stage.all_inputs() == ["src/**", "conftest.py", "pyproject.toml", "kernels/**"]
-    assert gpu_record.uncovered([stage], tmp_path) == ["tests/x/test_a.py is an input of no stage"]
-    assert gpu_record.uncovered([stage, gpu_record.Stage("b", ("tests/x/*.py",), "b", 10)], tmp_path) == []
+def test_only_units_that_looked_up_an_optional_package_are_keyed_on_it(stand_in) -> None:
+    assert stand_in.main("--changed") == 0 and len(stand_in.take()) == len(ALL)
+    units = stand_in.data()["stages"]["t"]["units"]
+    assert units["tests/t/test_q.py"]["environment"]["packages"] == {"quack-kernels": "0.6.5"}
+    assert units["tests/t/test_a.py"]["environment"]["packages"] == {}
+    stand_in.env = {**H200, "packages": {"diffusers": "0.42.1", "quack-kernels": None}}  # quack not staged
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("t", "tests/t/test_q.py")]
 
 
-@pytest.mark.parametrize(("changed", "stale"), [
-    ("kernels/adaln.py", {"suites", "kernels", "dit", "loop", "plugin"}),
-    ("benchmarks/timer_fidelity.py", {"fidelity", "plugin"}),
-    ("benchmarks/kernels_bench.py", {"kernels", "plugin"}),
-    ("tests/plugin/test_report.py", {"plugin"}),
-    ("tests/gates/test_bench_gpu.py", {"suites", "plugin"}),
-    ("tests/plugin/test_tolerance_corpus.py", {"corpus", "plugin"}),
-    ("scripts/agent_loop_check.py", {"loop", "plugin"}),
-    ("src/pytest_ditgate/plugin.py", {"suites", "corpus", "fidelity", "kernels", "dit", "loop", "plugin"}),
-    ("README.md", set()),
-])
-def test_a_change_makes_stale_exactly_the_stages_that_read_it(shaped_tree: Path, gpu_check, gpu_record, changed,
-                                                               stale) -> None:
-    record = _record_all(gpu_check, gpu_record, shaped_tree)
-    assert _stale(gpu_check, gpu_record, record, shaped_tree) == {}
-    (shaped_tree / changed).write_text("edited\n")
-    found = _stale(gpu_check, gpu_record, record, shaped_tree)
-    assert set(found) == stale
-    assert all(why == f"edited {changed}" for why in found.values()), found
+def test_verify_tells_red_from_debt_and_a_red_unit_runs_again_only_with_a_reason(stand_in, capsys) -> None:
+    stand_in.failing.add("tests/t/test_b.py")
+    assert stand_in.main("--changed") == 1
+    stand_in.take()
+    out = capsys.readouterr().out
+    assert "red, not run again without --rerun STAGE=WHY: t: tests/t/test_b.py" in out
+    assert stand_in.main("--verify") == 1 and "red tests/t/test_b.py: tests/t/test_b.py::test: boom" in capsys.readouterr().out
+    assert stand_in.main("--changed") == 1 and stand_in.take() == []  # red is not retried silently
+    with pytest.raises(SystemExit):
+        stand_in.main("--rerun", "t")  # no reason
+    stand_in.failing.clear()
+    assert stand_in.main("--rerun", "t=the host was loaded by another job") == 0
+    assert stand_in.take() == [("t", "tests/t/test_b.py")]
+    entry = stand_in.data()["stages"]["t"]["units"]["tests/t/test_b.py"]
+    assert entry["result"]["passed"] and entry["superseded"][0]["reason"] == "the host was loaded by another job"
+    assert entry["superseded"][0]["result"]["failures"] == ["tests/t/test_b.py::test: boom"]
+    (stand_in.root / "kernels" / "k.cu").write_text("// fixed\n")
+    assert stand_in.main("--verify") == 3  # a red unit whose input changed is debt again, not red
+    assert stand_in.main("--changed") == 0
+    assert "superseded" not in stand_in.data()["stages"]["t"]["units"]["tests/t/test_b.py"]  # a new key starts afresh
 
 
-# -- keys ------------------------------------------------------------------------------------------------
+def test_a_unit_whose_reads_were_not_recorded_or_whose_inputs_changed_while_it_ran_fails(stand_in) -> None:
+    stand_in.unrecorded.add("tests/t/test_a.py")
+    stand_in.edit_during["loop"] = "src/lib/judge.py"
+    assert stand_in.main("--changed") == 1
+    units = stand_in.data()["stages"]
+    a = units["t"]["units"]["tests/t/test_a.py"]["result"]
+    assert not a["passed"] and "its reads were not recorded" in a["failures"][0]
+    loop = units["loop"]["units"]["loop"]["result"]
+    assert not loop["passed"] and loop["failures"][0].startswith("its inputs changed while it ran: src/lib/judge.py")
 
-def test_a_key_is_recomputable_from_the_record_alone(shaped_tree: Path, gpu_check, gpu_record) -> None:
-    """The record's recipe (key_scheme), each stage's inputs, runs, judged_by and environment give its key."""
-    import hashlib
 
-    entry = _record_all(gpu_check, gpu_record, shaped_tree)["stages"]["dit"]
-    files = gpu_record.expand(entry["inputs"], shaped_tree)
-    files_sha = gpu_record.digest(files, shaped_tree)
-    assert files_sha == entry["files_sha256"]
-    payload = {"files": files_sha, "environment": entry["environment"],
-               "stage": {"inputs": entry["inputs"], "runs": entry["runs"], "judged_by": entry["judged_by"]}}
+def test_a_budget_runs_what_fits_and_the_next_call_picks_up_the_rest(stand_in, capsys) -> None:
+    assert stand_in.main("--changed", "--budget-s", "150") == 3  # the test stage (never timed: 3 x 15 s + 30 s)
+    assert [s for s, _ in stand_in.take()] == ["t", "t", "t"]
+    assert "left for the next --changed call: 2 unit(s) of bench, loop" in capsys.readouterr().out
+    assert stand_in.main("--changed", "--budget-s", "150") == 3 and stand_in.take() == [("bench", "bench")]
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("loop", "loop")]
+
+
+def test_the_plan_packs_the_debt_into_device_calls_with_their_set_up(stand_in, gpu_check, capsys) -> None:
+    assert stand_in.main("--changed") == 0
+    stand_in.take()
+    record = stand_in.data()
+    for entry in record["stages"]["loop"]["units"].values():
+        entry["result"]["seconds"] = 500.0  # a long unit: a call of its own
+    stand_in.record.write_text(json.dumps(record))
+    (stand_in.root / "src" / "lib" / "core.py").write_text("X = 2\n")
+    (stand_in.root / "src" / "lib" / "judge.py").write_text("J = 2\n")
+    plan = tmp = stand_in.record.parent / "plan.json"
+    assert stand_in.main("--plan", "--json", str(tmp)) == 0
+    summary = json.loads(plan.read_text())
+    assert summary["units"] == 5 and summary["stages"] == ["t", "bench", "loop"]
+    assert [[p["stage"] for p in call["parts"]] for call in summary["calls"]] == [["t", "bench"], ["loop"]]
+    assert all(call["seconds"] <= gpu_check.CALL_LIMIT_S for call in summary["calls"])
+    assert summary["device_s"] == pytest.approx(sum(c["seconds"] for c in summary["calls"]) + gpu_check.MACHINE_START_S)
+    out = capsys.readouterr().out
+    assert "5 units of t, bench, loop to run on a GPU" in out and "call 2, about 560 s" in out
+
+
+def test_explain_prints_a_units_inputs_and_a_key_anyone_can_recompute(stand_in, capsys) -> None:
+    assert stand_in.main("--changed") == 0
+    capsys.readouterr()
+    assert stand_in.main("--explain", "tests/t/test_b.py") == 0
+    out = capsys.readouterr().out
+    assert "t: tests/t/test_b.py: fresh" in out and "    kernels/k.cu" in out and "src/lib/judge.py" not in out
+    data = stand_in.data()
+    entry = data["stages"]["t"]["units"]["tests/t/test_b.py"]
+    inputs = [data["paths"][i] for i in entry["inputs"]]
+    sha = hashlib.sha256()
+    for rel in sorted(inputs):
+        sha.update(f"{len(rel)}:{rel}\0{hashlib.sha256((stand_in.root / rel).read_bytes()).hexdigest()}\n".encode())
+    assert sha.hexdigest() == entry["inputs_sha256"]
+    payload = {"inputs": entry["inputs_sha256"], "environment": entry["environment"], "definition": entry["definition"]}
     assert hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest() == entry["key"]
+    assert stand_in.main("--explain", "tests/t/missing.py") == 2
 
 
-def test_another_environment_or_a_changed_definition_makes_a_stage_stale(shaped_tree: Path, gpu_check,
-                                                                            gpu_record) -> None:
-    stage = gpu_check.BY_NAME["fidelity"]
-    state = gpu_record.state_of(stage, shaped_tree)
-    entry = gpu_record.merge({}, stage, state, ENV, _passed(), "t")["stages"]["fidelity"]
-    assert gpu_record.stage_status(entry, stage, state) == ("fresh", "")
-    other = {**ENV, "packages": {"diffusers": None}}
-    assert gpu_record.stage_status(entry, stage, state, other) == ("stale", "environment differs (packages)")
-    stricter = gpu_record.Stage(stage.name, stage.inputs, stage.runs + " --runs 5", stage.limit_s, stage.judged_by)
-    assert gpu_record.stage_status(entry, stricter, state)[0] == "stale"
-    ruled = gpu_record.Stage(stage.name, stage.inputs, stage.runs, stage.limit_s, stage.judged_by + "# stricter\n")
-    assert "the rule that judges it" in gpu_record.stage_status(entry, ruled, state)[1]
+def test_no_unit_runs_without_a_gpu(stand_in, capsys) -> None:
+    stand_in.env = {"device": "cpu", "arch": "cpu"}
+    assert stand_in.main("--changed") == 2 and stand_in.take() == [] and not stand_in.record.exists()
+    assert "needs a CUDA GPU" in capsys.readouterr().err
 
 
-def test_the_tree_hash_covers_sources_and_skips_caches(tmp_path: Path, gpu_check) -> None:
-    (tmp_path / "src" / "pkg" / "__pycache__").mkdir(parents=True)
-    (tmp_path / "src" / "pkg" / "mod.py").write_text("x = 1\n")
-    (tmp_path / "README.md").write_text("docs are not hashed\n")
-    before = gpu_check.tree_hash(tmp_path)
-    (tmp_path / "src" / "pkg" / "__pycache__" / "mod.cpython-311.pyc").write_bytes(b"\0")
-    (tmp_path / "src" / "pkg" / "x.lock").write_text("")
-    (tmp_path / "README.md").write_text("changed\n")
-    assert gpu_check.tree_hash(tmp_path) == before
-    (tmp_path / "src" / "pkg" / "mod.py").write_text("x = 2\n")
-    assert gpu_check.tree_hash(tmp_path) != before
-
-
-# -- verify ----------------------------------------------------------------------------------------------
-
-def test_verify_is_green_only_when_every_stage_is_fresh_and_passed(shaped_tree: Path, gpu_check, gpu_record) -> None:
-    record = _record_all(gpu_check, gpu_record, shaped_tree)
-    ok, lines = gpu_record.verify(record, gpu_check.STAGES, shaped_tree)
-    assert ok and all(line.startswith("fresh") for line in lines), lines
-    red = json.loads(json.dumps(record))
-    red["stages"]["corpus"]["result"] = {"passed": False, "seconds": 9.0, "failures": ["t.py::x: boom", "t.py::y"]}
-    ok, lines = gpu_record.verify(red, gpu_check.STAGES, shaped_tree)
-    assert not ok and any(line.startswith("red   corpus") and "t.py::x: boom (+1 more)" in line for line in lines)
-    mixed = _record_all(gpu_check, gpu_record, shaped_tree)
-    stage = gpu_check.BY_NAME["dit"]
-    mixed = gpu_record.merge(mixed, stage, gpu_record.state_of(stage, shaped_tree), {**ENV, "torch": "2.12.0"},
-                             _passed(), "t")
-    ok, lines = gpu_record.verify(mixed, gpu_check.STAGES, shaped_tree)
-    assert not ok and any("different environments" in line for line in lines), lines
-    (shaped_tree / "kernels" / "new_kernel.cu").write_text("//\n")
-    ok, lines = gpu_record.verify(record, gpu_check.STAGES, shaped_tree)
-    assert not ok and any(line.startswith("stale kernels") and "added kernels/new_kernel.cu" in line for line in lines)
-    assert not gpu_record.verify({"tree_hash": "x", "green": True}, gpu_check.STAGES, shaped_tree)[0]
-
-
-def test_verify_and_plan_from_the_command_line_need_no_torch(tmp_path: Path, gpu_check, gpu_record) -> None:
-    """--verify exits 0 only for a record of this very tree; --plan lists what a landing must run, with times.
-    Both run in an interpreter that cannot import torch."""
-    record = _record_all(gpu_check, gpu_record, ROOT, result=lambda: _passed(42.0))
-    path = tmp_path / "gpu_check.json"
-    path.write_text(json.dumps(record))
+def test_verify_and_plan_from_the_command_line_need_no_torch(tmp_path: Path) -> None:
+    """Both run in an interpreter that cannot import torch; an old-format record is all debt (exit 3)."""
     blocker = tmp_path / "no_torch"
     blocker.mkdir()
     (blocker / "torch.py").write_text("raise ImportError('torch must not be imported')\n")
-    env = {**os.environ, "PYTHONPATH": str(blocker)}
+    record = tmp_path / "gpu_check.json"
+    record.write_text(json.dumps({"schema": 2, "stages": {}}))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(blocker), os.environ.get("PYTHONPATH")]))}
 
     def run(*args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, str(SCRIPT), *args, "--record", str(path)], capture_output=True,
+        return subprocess.run([sys.executable, str(SCRIPT), *args, "--record", str(record)], capture_output=True,
                               text=True, timeout=120, env=env, cwd=tmp_path)
 
     verified = run("--verify")
-    assert verified.returncode == 0, verified.stdout + verified.stderr
-    assert "the record covers this tree" in verified.stdout
-    assert run("--plan").stdout.startswith("0 of 7 stages to run on a GPU, about 0 s")
-    record["stages"]["loop"]["key"] = "0" * 64
-    path.write_text(json.dumps(record))
-    stale = run("--verify")
-    assert stale.returncode == 1 and "stale loop" in stale.stdout
-    assert "1 of 7 stages to run on a GPU, about 42 s" in run("--plan").stdout
-
-
-# -- running stages (a stand-in device) ---------------------------------------------------------------------
-
-@pytest.fixture
-def stand_in(tmp_path: Path, gpu_check, gpu_record, monkeypatch):
-    """Three small stages over a tiny tree, an H200 environment, and runners that record what ran."""
-    root = tmp_path / "tree"
-    for rel in ("src/p.py", "conftest.py", "pyproject.toml", "kernels/k.cu", "tests/t.py"):
-        (root / rel).parent.mkdir(parents=True, exist_ok=True)
-        (root / rel).write_text(rel)
-    stages = [gpu_record.Stage("a", ("kernels/**",), "a", 100), gpu_record.Stage("b", ("tests/**",), "b", 100),
-              gpu_record.Stage("c", ("kernels/**",), "c", 100)]
-    ran: list[str] = []
-    outcomes: dict[str, dict] = {}
-
-    def runner(name, arch, logs, out):
-        def run():
-            ran.append(name)
-            return outcomes.get(name, _passed(30.0))
-        return run
-
-    monkeypatch.setattr(gpu_check, "ROOT", root)
-    monkeypatch.setattr(gpu_check, "STAGES", stages)
-    monkeypatch.setattr(gpu_check, "BY_NAME", {s.name: s for s in stages})
-    monkeypatch.setattr(gpu_check, "environment", lambda: dict(ENV))
-    monkeypatch.setattr(gpu_check, "runner", runner)
-    record = tmp_path / "gpu_check.json"
-
-    def main(*args: str) -> int:
-        return gpu_check.main([*args, "--record", str(record), "--logs", str(tmp_path / "logs")])
-
-    return root, record, ran, outcomes, main
-
-
-def test_changed_runs_only_the_stale_stages_and_merges_them(stand_in, capsys) -> None:
-    root, record, ran, _, main = stand_in
-    assert main("--changed") == 0 and ran == ["a", "b", "c"]
-    assert main("--changed") == 0 and ran == ["a", "b", "c"]  # nothing stale: nothing runs
-    (root / "tests" / "t.py").write_text("edited")
-    assert main("--verify") == 1 and "stale b" in capsys.readouterr().out
-    assert main("--changed") == 0 and ran == ["a", "b", "c", "b"]
-    data = json.loads(record.read_text())
-    assert data["schema"] == 2 and set(data["stages"]) == {"a", "b", "c"} and "key_scheme" in data
-    assert main("--verify") == 0
-
-
-def test_a_budget_leaves_what_does_not_fit_for_the_next_call(stand_in, capsys) -> None:
-    root, record, ran, _, main = stand_in
-    assert main("--changed", "--budget-s", "250") == 1 and ran == ["a", "b"]  # 100 s each until one ran
-    assert "left for the next --changed call: c" in capsys.readouterr().out
-    assert main("--changed", "--budget-s", "250") == 0 and ran == ["a", "b", "c"]
-    (root / "kernels" / "k.cu").write_text("edited")
-    assert main("--changed", "--budget-s", "40") == 1 and ran == ["a", "b", "c", "a"]  # measured 30 s each now
-
-
-def test_a_red_stage_runs_again_only_with_its_reason_and_the_failure_stays(stand_in, capsys) -> None:
-    root, record, ran, outcomes, main = stand_in
-    outcomes["b"] = {"passed": False, "seconds": 5.0, "failures": ["t.py::x: flaky?"]}
-    assert main("--changed") == 1 and ran == ["a", "b", "c"]
-    assert main("--changed") == 1 and ran == ["a", "b", "c"]
-    assert "red, not run again (name them with --rerun STAGE=WHY): b" in capsys.readouterr().out
-    with pytest.raises(SystemExit) as refused:
-        main("--stages", "b")
-    assert refused.value.code == 2 and "--rerun STAGE=WHY" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main("--rerun", "b")  # no reason
-    outcomes.pop("b")
-    assert main("--rerun", "b=the host was loaded by another job") == 0 and ran[-1] == "b"
-    entry = json.loads(record.read_text())["stages"]["b"]
-    assert entry["result"]["passed"] and entry["superseded"][0]["reason"] == "the host was loaded by another job"
-    assert entry["superseded"][0]["result"]["failures"] == ["t.py::x: flaky?"]
-    (root / "tests" / "t.py").write_text("fixed")
-    assert main("--changed") == 0
-    assert "superseded" not in json.loads(record.read_text())["stages"]["b"]  # a new key starts afresh
-
-
-def test_a_stage_whose_inputs_change_while_it_runs_fails(stand_in, gpu_check, monkeypatch) -> None:
-    root, record, ran, _, main = stand_in
-
-    def edit_during_the_run(name, arch, logs, out):
-        def run():
-            ran.append(name)
-            (root / "kernels" / "k.cu").write_text(f"edited during {name}")
-            return {"passed": True, "seconds": 1.0, "failures": []}
-        return run
-
-    monkeypatch.setattr(gpu_check, "runner", edit_during_the_run)
-    assert main("--stages", "a") == 1
-    result = json.loads(record.read_text())["stages"]["a"]["result"]
-    assert not result["passed"] and result["failures"][0] == "its inputs changed while it ran"
-
-
-def test_no_stage_runs_without_a_gpu(stand_in, monkeypatch, gpu_check, capsys) -> None:
-    _, record, ran, _, main = stand_in
-    monkeypatch.setattr(gpu_check, "environment", lambda: {"device": "cpu", "arch": "cpu"})
-    assert main("--changed") == 2 and ran == [] and not record.exists()
-    assert "needs a CUDA GPU" in capsys.readouterr().err
+    assert verified.returncode == 3, verified.stdout + verified.stderr
+    assert "not a schema-3 record" in verified.stdout
+    planned = run("--plan")
+    assert planned.returncode == 0 and "to run on a GPU" in planned.stdout, planned.stderr
 
 
 # -- the stages' own rules ------------------------------------------------------------------------------
@@ -315,9 +340,11 @@ def test_the_environment_names_each_optional_package(gpu_check) -> None:
     found = gpu_check.optional_packages()
     assert set(found) == set(gpu_check.OPTIONAL_PACKAGES)
     assert all(version is None or isinstance(version, str) for version in found.values())
+    assert gpu_check.packages_reached({"quack", "torch", "open_clip"}) == {"quack-kernels", "open-clip-torch"}
+    assert gpu_check.packages_reached({"quack-kernels"}) == {"quack-kernels"}
 
 
-def test_a_kernel_target_the_run_did_not_measure_is_missed_not_dropped(gpu_check) -> None:
+def test_a_kernel_target_the_run_did_not_measure_is_missed_not_dropped(gpu_stages) -> None:
     """kernels_bench skips torch.compile when its time budget is spent; a bf16 case at the DiT shape then
     has no speed comparison, and that is a miss (a stage once passed with 14 of its 16 targets)."""
     def case(op, dtype, compiled):
@@ -333,20 +360,28 @@ def test_a_kernel_target_the_run_did_not_measure_is_missed_not_dropped(gpu_check
         "gated_residual/bf16/64x4096x1152": case("gated_residual", "bf16", False),
         "layernorm_modulate/bf16/64x4096x1152": case("layernorm_modulate", "bf16", True),
         "layernorm_modulate/fp32/64x4096x1152": case("layernorm_modulate", "fp32", False)}}
-    targets = {t["name"]: t for t in gpu_check.kernels_targets(data)}
+    targets = {t["name"]: t for t in gpu_stages.kernels_targets(data)}
     missed = targets["gated_residual/bf16/64x4096x1152: speed vs torch.compile"]
     assert not missed["pass"] and "time budget spent" in missed["value"]
     assert targets["layernorm_modulate/bf16/64x4096x1152: speed vs torch.compile"]["pass"]
     assert "layernorm_modulate/fp32/64x4096x1152: speed vs torch.compile" not in targets
 
 
-def test_a_tests_stage_passes_only_when_every_run_exited_0_and_something_passed(tmp_path: Path, gpu_check) -> None:
+def test_a_unit_passes_only_when_its_tests_ran_none_failed_and_its_run_ended_normally(tmp_path: Path,
+                                                                                      gpu_stages) -> None:
     xml = tmp_path / "r.xml"
-    xml.write_text('<testsuites><testsuite><testcase file="tests/plugin/test_a.py" name="test_x"/>'
+    xml.write_text('<testsuites><testsuite><testcase file="tests/plugin/test_a.py" name="test_x" time="1.5"/>'
                    '<testcase file="tests/dit_impl/test_b.py" name="test_y"><skipped message="no GPU"/></testcase>'
+                   '<testcase file="tests/plugin/test_c.py" name="test_z"><failure message="boom"/></testcase>'
                    "</testsuite></testsuites>")
-    suites = gpu_check.PLUGIN_TESTS
-    result = gpu_check.tests_result([0], [xml], suites, 3.0)
-    assert result["passed"] and result["counts"]["plugin"]["passed"] == 1 and result["counts"]["dit_impl"]["skipped"] == 1
-    assert not gpu_check.tests_result([1], [xml], suites, 3.0)["passed"]
-    assert not gpu_check.tests_result([0], [tmp_path / "missing.xml"], suites, 3.0)["passed"]
+    units = ["tests/plugin/test_a.py", "tests/dit_impl/test_b.py", "tests/plugin/test_c.py", "tests/plugin/test_d.py"]
+    results = gpu_stages.unit_results(units, [1], [xml])
+    assert results["tests/plugin/test_a.py"]["passed"] and results["tests/plugin/test_a.py"]["seconds"] == 1.5
+    assert results["tests/dit_impl/test_b.py"]["passed"]  # skipped on this host, with its reason kept
+    assert results["tests/dit_impl/test_b.py"]["skips"] == ["tests/dit_impl/test_b.py::test_y: no GPU"]
+    assert not results["tests/plugin/test_c.py"]["passed"]
+    assert results["tests/plugin/test_d.py"]["failures"] == ["no test of it ran"]
+    crashed = gpu_stages.unit_results(units, [3], [xml])  # an internal error: nothing of that run holds
+    assert not any(r["passed"] for r in crashed.values())
+    missing = gpu_stages.unit_results(units[:1], [0], [tmp_path / "missing.xml"])
+    assert not missing["tests/plugin/test_a.py"]["passed"]

@@ -1,0 +1,343 @@
+"""The GPU check's stages: what each runs on the GPU machine, and the rules that judge its results.
+
+Every run is recorded (``read_recorder/``): each process of it writes what it read, so that each unit's
+result is keyed by the files it depended on (``gpu_inputs.py``, ``gpu_record.py``). A test stage runs only
+the test files it is given (its stale units) and returns a result per file; a whole stage returns one.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Any, Callable
+
+from gpu_record import Stage
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDER = Path(__file__).resolve().parent / "read_recorder"
+
+#: the tolerance corpus (it times nothing): this many pytest processes share one GPU, each a shard
+CORPUS = "tests/gates/test_tolerance_corpus_gpu.py"
+CORPUS_SHARDS = 6
+#: the plugin stage's tests (everything that is not a GPU suite), on this many xdist workers at most
+PLUGIN_TESTS = ("tests/plugin", "tests/dit_impl")
+PLUGIN_WORKERS = 8
+#: the suites stage's tests: every other test file, in one pytest process (GPU tests share one device);
+#: suite names for its counts
+SUITES = {
+    "kernels": ["tests/gates/kernels", "tests/kernels"],
+    "correctness": ["tests/gates/test_correctness_gpu.py"],
+    "device": ["tests/gates/test_device_gate.py"],
+    "bench": ["tests/gates/test_bench_gpu.py"],
+    "fast_dit": ["tests/dit_fast"],
+    "dit_gates": ["tests/gates/dit"],
+}
+#: the forward configurations dit_bench times in the check: the candidate lane's honest win, the fastest
+#: set, seamed, and seamed with quack's GEMMs, QKV and fc1 or fc1 only (where quack-kernels is missing they
+#: fall back to cuBLAS, and dit_bench's record says so in the case's report)
+DIT_CONFIGS = ("cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn;cuda_graphs=1;"
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1;"
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack;"
+               "cuda_graphs=1,gelu_epilogue=1,adaln=kernels,sdpa=cudnn,block_seam=1,gemm=quack_fc1")
+BENCH_ARGS = {
+    "fidelity": ["--runs", "3"],
+    "kernels": ["--dtypes", "bf16,fp32", "--budget-s", "60"],
+    "dit": ["--reps", "30", "--configs", DIT_CONFIGS],
+}
+#: functions whose reads and lookups make no result depend on what they read: hashing the fixed paths against
+#: their lock (which every CPU run, CI's too, verifies as well) and noting package versions as provenance
+IGNORE_IN = ("src/pytest_ditgate/golden/fixed_paths.py:expand,table_digest,evaluate_lock;"
+             "src/pytest_ditgate/environment.py:environment_record")
+
+
+# -- running, recorded ------------------------------------------------------------------------------------
+
+class Recorded:
+    """A folder for one stage run's recording and the environment that starts the recorder in every process.
+    The recorder's modules are copied outside the project (the judge refuses ``PYTHONPATH`` entries inside
+    it that are not fixed folders)."""
+
+    def __init__(self, logs: Path, stage: str) -> None:
+        self.folder = logs / f"record-{stage}"
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        self.code = Path(tempfile.mkdtemp(prefix="gpucheck-recorder-"))
+        for name in ("sitecustomize.py", "gpucheck_recorder.py"):
+            shutil.copy2(RECORDER / name, self.code / name)
+
+    def env(self, unit: str | None = None, **extra: str) -> dict[str, str]:
+        env = child_env(**extra)
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.code), env.get("PYTHONPATH", "")]))
+        env["GPUCHECK_RECORD_DIR"] = str(self.folder)
+        env["GPUCHECK_RECORD_IGNORE_IN"] = IGNORE_IN
+        if unit:
+            env["GPUCHECK_RECORD_UNIT"] = unit
+        else:
+            env.pop("GPUCHECK_RECORD_UNIT", None)
+        return env
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ, PYTHONUNBUFFERED="1", PYTHONDONTWRITEBYTECODE="1", **extra)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+    return env
+
+
+def run_logged(command: list[str], log: Path, limit: float, env: dict[str, str], cwd: Path = ROOT) -> tuple[int, float]:
+    """Run ``command`` with its output in ``log``; (exit code, seconds). 124 when it ran past ``limit``."""
+    codes, seconds = run_logged_together([(command, log, env)], limit, cwd)
+    return codes[0], seconds
+
+
+def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limit: float,
+                        cwd: Path = ROOT) -> tuple[list[int], float]:
+    """Start every ``(command, log, env)`` at once; their exit codes (124 for one still running ``limit``
+    seconds after the start, killed with its process group) and the seconds until the last ended."""
+    start = time.monotonic()
+    started = []
+    for command, log, env in runs:
+        out = log.open("w")
+        started.append((subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                         start_new_session=True), out))
+    codes = []
+    for process, out in started:
+        try:
+            codes.append(process.wait(timeout=max(0.0, start + limit - time.monotonic())))
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, 9)
+            process.wait()
+            out.write(f"\n[gpu_check] killed after {limit:.0f} s\n")
+            codes.append(124)
+        out.close()
+    return codes, time.monotonic() - start
+
+
+# -- test stages: a result per test file ----------------------------------------------------------------------
+
+def pytest_command(xml: Path, durations: int, *paths: str) -> list[str]:
+    return [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rs",
+            f"--durations={durations}", f"--junitxml={xml}", "-o", "junit_family=xunit1", *paths]
+
+
+def _empty() -> dict[str, Any]:
+    return {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "seconds": 0.0, "failures": [], "skips": []}
+
+
+def junit_units(xml: Path) -> dict[str, dict[str, Any]]:
+    """Per test file (the JUnit ``file`` attribute, relative to the root): counts, summed test time, failures
+    (nodeid: first line) and skip reasons."""
+    units: dict[str, dict[str, Any]] = {}
+    for case in ET.parse(xml).getroot().iter("testcase"):
+        path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
+        unit = units.setdefault(path, _empty())
+        unit["seconds"] += float(case.get("time") or 0.0)
+        nodeid = f"{path}::{case.get('name')}"
+        outcome = "passed"
+        for child in case:
+            if child.tag in ("failure", "error"):
+                outcome = "failed" if child.tag == "failure" else "errors"
+                message = (child.get("message") or child.text or "").strip().splitlines()
+                unit["failures"].append(f"{nodeid}: {message[0][:300] if message else child.tag}")
+            elif child.tag == "skipped":
+                outcome = "skipped"
+                if len(unit["skips"]) < 5:
+                    unit["skips"].append(f"{nodeid}: {(child.get('message') or '')[:200]}")
+        unit[outcome] += 1
+    return units
+
+
+def unit_results(units: list[str], codes: list[int], xmls: list[Path]) -> dict[str, dict[str, Any]]:
+    """A result per unit from the runs' JUnit XML: a unit passes when its tests ran, none failed and the run
+    that held it ended normally (pytest's 0 or 1)."""
+    merged = {unit: _empty() for unit in units}
+    problems: list[str] = []
+    for code, xml in zip(codes, xmls):
+        if not xml.exists():
+            problems.append(f"no JUnit XML {xml.name} (exit {code}): see {xml.stem}.log")
+            continue
+        for path, found in junit_units(xml).items():
+            target = merged.setdefault(path, _empty())
+            for key in ("passed", "failed", "skipped", "errors", "seconds"):
+                target[key] += found[key]
+            target["failures"] += found["failures"]
+            target["skips"] += found["skips"][: max(0, 5 - len(target["skips"]))]
+        if code not in (0, 1):
+            problems.append(f"pytest exited {code}" + (" (time limit)" if code == 124 else "") + f": see {xml.stem}.log")
+    results = {}
+    for unit in units:
+        found = merged[unit]
+        failures = list(found["failures"]) + problems
+        ran = found["passed"] + found["skipped"]
+        if not ran and not failures:
+            failures.append("no test of it ran")
+        results[unit] = {"passed": not failures and found["failed"] + found["errors"] == 0 and ran > 0,
+                         "seconds": round(found["seconds"], 1),
+                         "counts": {k: found[k] for k in ("passed", "failed", "skipped", "errors")},
+                         "failures": failures[:20], "skips": found["skips"]}
+    return results
+
+
+def run_plugin(units: list[str], logs: Path, limit: float, recorded: Recorded) -> tuple[dict[str, dict], float]:
+    """The plugin's own tests and the workloads' CPU tests on the GPU host, in xdist workers (one torch thread
+    each, as on a CI machine), the ``gpu_check``-marked ones too."""
+    xml = logs / "plugin.xml"
+    workers = str(min(PLUGIN_WORKERS, max(1, len(units))))
+    command = pytest_command(xml, 20, "-n", workers, *units)
+    code, seconds = run_logged(command, logs / "plugin.log", limit, recorded.env(OMP_NUM_THREADS="1"))
+    return unit_results(units, [code], [xml]), seconds
+
+
+def run_suites(units: list[str], logs: Path, limit: float, recorded: Recorded) -> tuple[dict[str, dict], float]:
+    """The GPU suites in one pytest process (they share the device)."""
+    xml = logs / "suites.xml"
+    code, seconds = run_logged(pytest_command(xml, 20, *units), logs / "suites.log", limit, recorded.env())
+    return unit_results(units, [code], [xml]), seconds
+
+
+def run_corpus(units: list[str], logs: Path, limit: float, recorded: Recorded,
+               shards: int = CORPUS_SHARDS) -> tuple[dict[str, dict], float]:
+    """The tolerance corpus as ``shards`` parallel pytest processes (nothing in it is timed, so sharing the GPU
+    cannot change a verdict); counts merged from their JUnit XML."""
+    xmls = [logs / f"corpus_{index}.xml" for index in range(shards)]
+    runs = [(pytest_command(xml, 10, *units), xml.with_suffix(".log"),
+             recorded.env(DITGATE_CORPUS_SHARD=f"{index}/{shards}")) for index, xml in enumerate(xmls)]
+    codes, seconds = run_logged_together(runs, limit)
+    return unit_results(units, codes, xmls), seconds
+
+
+# -- whole stages: benchmarks with targets, the agent loop ----------------------------------------------------
+
+def targets_from(path: Path, convert: Callable[[dict], list[dict]]) -> tuple[list[dict], list[str]]:
+    if not path.exists():
+        return [], [f"{path.name} was not written"]
+    try:
+        return convert(json.loads(path.read_text())), []
+    except (ValueError, KeyError, TypeError) as exc:
+        return [], [f"{path.name}: cannot read targets ({type(exc).__name__}: {exc})"]
+
+
+def benchmark_stage(script: str, args: list[str], result_name: str, convert: Callable[[dict], list[dict]],
+                    logs: Path, limit: float, out: Path, env: dict[str, str]) -> dict[str, Any]:
+    code, seconds = run_logged([sys.executable, f"benchmarks/{script}", "--out", str(out), *args],
+                               logs / f"{Path(script).stem}.log", limit, env)
+    targets, failures = targets_from(out / result_name, convert)
+    failures += [f"target missed: {t['name']} = {t['value']} (limit {t['limit']})" for t in targets if not t["pass"]]
+    if code != 0 and not failures:
+        failures.append(f"{script} exited {code}: see {Path(script).stem}.log")
+    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
+            "passed": code == 0 and bool(targets) and not failures}
+
+
+def fidelity_targets(data: dict) -> list[dict]:
+    return [dict(t) for t in data["target_records"]]
+
+
+def kernels_targets(data: dict) -> list[dict]:
+    """Fused kernels at the large DiT shape: share of copy bandwidth and speed against torch.compile."""
+    copy_tbps = float(data["copy_bandwidth"]["TBps"])
+    out = []
+    for name, case in data["cases"].items():
+        if not name.endswith("64x4096x1152") or "kernels" not in case or "median_ms" not in case.get("kernels", {}):
+            continue
+        kernels_ms = case["kernels"]["median_ms"]
+        share = case["bytes"] / (kernels_ms * 1e-3) / 1e12 / copy_tbps
+        floor = 0.95 if case["op"] == "gated_residual" else 0.85
+        out.append(_target(f"{name}: share of copy bandwidth", round(share, 3), f">= {floor}", share >= floor))
+        compile_ms = case.get("compile", {}).get("median_ms")
+        if compile_ms:
+            speed = compile_ms / kernels_ms
+            out.append(_target(f"{name}: speed vs torch.compile", round(speed, 3), ">= 0.95", speed >= 0.95))
+        elif case.get("dtype") == "bf16":  # a target the run did not measure is missed, not dropped
+            out.append(_target(f"{name}: speed vs torch.compile",
+                               f"not measured ({case.get('compile_skipped') or 'no compile time'})", ">= 0.95", False))
+        out.append(_target(f"{name}: kernel_check passed", bool(case.get("check_kernels", {}).get("passed")),
+                           "True", bool(case.get("check_kernels", {}).get("passed"))))
+    load = data.get("cache_hit_load", {}).get("median_ms")
+    if load is not None:
+        out.append(_target("cache-hit load of a compiled module (ms)", round(load, 1), "< 50", load < 50))
+    return out
+
+
+def dit_targets(data: dict) -> list[dict]:
+    """The fastest fast DiT-XL/2 forward against diffusers compile + CUDA graph, measured in the same run."""
+    rows = {r["name"]: r for r in data["results"] if r.get("status") == "ok" and "timing" in r}
+    compiled = next((r for n, r in rows.items() if n.startswith("diffusers compile")), None)
+    fast = [r for n, r in rows.items() if n.startswith("fast[")]
+    if compiled is None or not fast:
+        return [_target("DiT forward: fast and diffusers compile+graph both timed", False, "True", False)]
+    best = min(fast, key=lambda r: r["timing"]["median_ms"])
+    ratio = best["timing"]["median_ms"] / compiled["timing"]["median_ms"]
+    out = [_target(f"DiT-XL/2 forward {best['name']} / diffusers compile+graph", round(ratio, 3), "<= 0.95",
+                   ratio <= 0.95)]
+    out += [_target(f"{r['name']}: rel-L2 vs fp32 within bound", r.get("rel_l2_vs_fp32"), f"<= {r.get('bound')}",
+                    r.get("rel_l2_vs_fp32") is not None and r["rel_l2_vs_fp32"] <= r.get("bound", 0))
+            for r in fast]
+    return out
+
+
+def _target(name: str, value: Any, limit: str, passed: bool) -> dict[str, Any]:
+    return {"name": name, "value": value, "limit": limit, "pass": bool(passed)}
+
+
+def stage_loop(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
+    code, seconds = run_logged([sys.executable, "scripts/agent_loop_check.py", "--json", str(logs / "loop.json")],
+                               logs / "loop.log", limit, env)
+    targets, failures = targets_from(logs / "loop.json", lambda d: d["targets"])
+    failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}" for t in targets if not t["pass"]]
+    if code != 0 and not failures:
+        failures.append(f"agent loop exited {code}: see loop.log")
+    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
+            "passed": code == 0 and bool(targets) and not failures}
+
+
+def _source(*functions: Callable[..., Any]) -> str:
+    return "".join(inspect.getsource(f) for f in functions)
+
+
+#: the stages in the order they run (the broadest and cheapest first, so that a defect shows before the long
+#: stages spend device time); a test stage's units are its test files, the others are one unit each. Every
+#: test file under tests/ is a unit of exactly one test stage.
+STAGES = [
+    Stage("plugin", "tests", PLUGIN_TESTS, f"pytest --ditgate -n <={PLUGIN_WORKERS} {' '.join(PLUGIN_TESTS)}",
+          420, _source(unit_results), workers=PLUGIN_WORKERS),
+    Stage("suites", "tests", ("tests",), "pytest --ditgate <every other test file of tests/>", 300,
+          _source(unit_results), exclude=(*PLUGIN_TESTS, CORPUS)),
+    Stage("corpus", "tests", (CORPUS,), f"pytest --ditgate {CORPUS} in {CORPUS_SHARDS} shards", 120,
+          _source(unit_results)),
+    Stage("fidelity", "whole", ("benchmarks/timer_fidelity.py",),
+          "benchmarks/timer_fidelity.py " + " ".join(BENCH_ARGS["fidelity"]), 200, _source(fidelity_targets),
+          per_device=True),
+    Stage("kernels", "whole", ("benchmarks/kernels_bench.py",),
+          "benchmarks/kernels_bench.py " + " ".join(BENCH_ARGS["kernels"]), 120, _source(kernels_targets),
+          per_device=True),
+    Stage("dit", "whole", ("benchmarks/dit_bench.py",), "benchmarks/dit_bench.py " + " ".join(BENCH_ARGS["dit"]),
+          150, _source(dit_targets, _target), per_device=True),
+    Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_loop)),
+]
+BY_NAME = {stage.name: stage for stage in STAGES}
+TEST_RUNNERS = {"plugin": run_plugin, "suites": run_suites, "corpus": run_corpus}
+
+
+def run_tests(stage: Stage, units: list[str], logs: Path, recorded: Recorded) -> tuple[dict[str, dict], float]:
+    return TEST_RUNNERS[stage.name](units, logs, stage.limit_s, recorded)
+
+
+def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded) -> dict[str, Any]:
+    env = recorded.env(unit=stage.name)
+    bench = {
+        "fidelity": ("timer_fidelity.py", f"timer_fidelity_{arch}.json", fidelity_targets),
+        "kernels": ("kernels_bench.py", f"kernels_bench_{arch}.json", kernels_targets),
+        "dit": ("dit_bench.py", f"dit_bench_{arch}.json", dit_targets),
+    }
+    if stage.name in bench:
+        script, result_name, convert = bench[stage.name]
+        return benchmark_stage(script, BENCH_ARGS[stage.name], result_name, convert, logs, stage.limit_s, out, env)
+    return stage_loop(logs, stage.limit_s, env)
