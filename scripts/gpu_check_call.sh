@@ -3,14 +3,17 @@
 # of benchmarks/gpu/fetch_wheels.sh, quack when stage_quack.sh installed it, the project editable), run
 # scripts/gpu_check.py with the arguments given (e.g. --changed --budget-s 500), and leave under $OUT what
 # must come back: the merged record (gpu_check.json: copy it to benchmarks/results/ before the next call or
-# the commit), the benchmark results and the logs packed in one archive (a call returns at most 8 files).
-# Prints the check's table last.
+# the commit), the benchmark results, the logs and the recordings packed in one archive (a call returns at
+# most 8 files). Prints the check's table last. GPU_CHECK_CALL_S (default 540) stops the check before the
+# call's 10 minutes are up.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?gpu_check_call.sh runs on the device machine, where OUT names the folder that comes back}
 mkdir -p "$OUT/logs" "$OUT/results"
 source benchmarks/gpu/setup_env.sh "$OUT/logs/pip.log"
-python3 scripts/gpu_check.py --json "$OUT/gpu_check.json" --logs "$OUT/logs" --out "$OUT/results" "$@" \
+# stopped (SIGINT, its stages' process groups killed) before the call's own limit, so that what ran comes back
+timeout --signal=INT --kill-after=20 "${GPU_CHECK_CALL_S:-540}" \
+    python3 scripts/gpu_check.py --json "$OUT/gpu_check.json" --logs "$OUT/logs" --out "$OUT/results" "$@" \
     > "$OUT/logs/gpu_check.log" 2>&1
 status=$?
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs results && rm -rf "$OUT/logs" "$OUT/results"

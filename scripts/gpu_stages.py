@@ -108,15 +108,23 @@ def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limi
         started.append((subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
                                          start_new_session=True), out))
     codes = []
-    for process, out in started:
-        try:
-            codes.append(process.wait(timeout=max(0.0, start + limit - time.monotonic())))
-        except subprocess.TimeoutExpired:
-            os.killpg(process.pid, 9)
-            process.wait()
-            out.write(f"\n[gpu_check] killed after {limit:.0f} s\n")
-            codes.append(124)
-        out.close()
+    try:
+        for process, out in started:
+            try:
+                codes.append(process.wait(timeout=max(0.0, start + limit - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, 9)
+                process.wait()
+                out.write(f"\n[gpu_check] killed after {limit:.0f} s\n")
+                codes.append(124)
+            out.close()
+    except BaseException:  # interrupted (the call's own limit): leave no process group running on the GPU
+        for process, _ in started:
+            try:
+                os.killpg(process.pid, 9)
+            except OSError:
+                pass
+        raise
     return codes, time.monotonic() - start
 
 

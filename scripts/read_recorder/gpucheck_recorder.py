@@ -37,6 +37,8 @@ import threading
 DIR_ENV = "GPUCHECK_RECORD_DIR"
 UNIT_ENV = "GPUCHECK_RECORD_UNIT"
 IGNORE_IN_ENV = "GPUCHECK_RECORD_IGNORE_IN"
+#: "0": do not trace code (no sys.monitoring); a unit then gets everything its process read before it ended
+TRACE_ENV = "GPUCHECK_RECORD_TRACE"
 #: where no project file lives: reads there are not recorded (the interpreter, installed packages, devices)
 _SYSTEM = ("/proc/", "/sys/", "/dev/", "/usr/", "/etc/", "/lib/", "/lib64/", "/bin/", "/sbin/", "/run/", "/var/lib/")
 
@@ -195,7 +197,7 @@ class _Recorder:
 
     def monitor(self) -> None:
         monitoring = getattr(sys, "monitoring", None)
-        if monitoring is None:
+        if monitoring is None or os.environ.get(TRACE_ENV) == "0":
             return
         for tool in (4, 3, 5, 1):
             if monitoring.get_tool(tool) is None:
