@@ -263,3 +263,75 @@ def test_the_recorder_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> 
     run = subprocess.run([sys.executable, "-c", "import builtins, sys; print(builtins.SHADOWED_RAN, "
                           "sys._gpucheck_recorder is not None)"], env=env, capture_output=True, text=True, timeout=60)
     assert run.stdout.split() == ["True", "True"], run.stderr
+
+
+OBSERVER = '''
+import os, sys
+
+SEEN = set()
+
+
+HASHING = {"expand", "table_digest", "evaluate_lock"}  # fixed_paths.py comparing the files with their lock
+
+
+def _hashing():
+    frame = sys._getframe(2)
+    while frame is not None:
+        if frame.f_code.co_name in HASHING and frame.f_code.co_filename.endswith("fixed_paths.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _audit(event, args):
+    if event == "open" and isinstance(args[0], (str, bytes, os.PathLike)):
+        mode = args[1]
+        if (not isinstance(mode, str) or "r" in mode or "+" in mode) and not _hashing():
+            SEEN.add(os.path.abspath(os.fsdecode(args[0])))
+
+
+sys.addaudithook(_audit)
+
+
+def pytest_sessionfinish(session):
+    files = {getattr(m, "__file__", None) for m in list(sys.modules.values())} | SEEN
+    with open(os.environ["OBSERVED"], "w") as out:
+        out.write("\\n".join(sorted(f for f in files if f)))
+'''
+
+
+def test_this_projects_units_are_keyed_on_every_file_their_tests_load(tmp_path: Path, gpu_inputs) -> None:
+    """Two of the project's own test files run in one recorded pytest process, as the GPU check runs them; the
+    second is then run alone in a fresh process under an independent observer (every module it ends up with
+    and every file it opens). Everything the observer saw of the project is among the second's inputs,
+    although in the recorded run the first had imported most of it already."""
+    first, second = "tests/plugin/test_verdict_core.py", "tests/plugin/test_report.py"
+    folder = tmp_path / "record"
+    folder.mkdir()
+    code = tmp_path / "recorder"
+    code.mkdir()
+    for name in ("sitecustomize.py", "gpucheck_recorder.py"):
+        shutil.copy2(RECORDER / name, code / name)
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCHECK_", "PYTEST_XDIST", "PYTEST_CURRENT"))}
+    recorded = {**base, "GPUCHECK_RECORD_DIR": str(folder), "PYTHONDONTWRITEBYTECODE": "1",
+                "GPUCHECK_RECORD_IGNORE_IN": "src/pytest_ditgate/golden/fixed_paths.py:expand,table_digest,evaluate_lock",
+                "PYTHONPATH": os.pathsep.join(filter(None, [str(code), base.get("PYTHONPATH")]))}
+    pytest_args = ["-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+    run = subprocess.run([sys.executable, *pytest_args, first, second], cwd=ROOT, env=recorded, capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    reads = gpu_inputs.unit_reads(gpu_inputs.Recording.load(folder), ROOT)
+    inputs = set(gpu_inputs.unit_inputs(reads[second], gpu_inputs.ImportGraph(ROOT),
+                                        [second, *gpu_inputs.conftests(second, ROOT)]))
+    (tmp_path / "observer").mkdir()
+    (tmp_path / "observer" / "observer_plugin.py").write_text(OBSERVER)
+    observed_file = tmp_path / "observed.txt"
+    fresh = {**base, "OBSERVED": str(observed_file),
+             "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path / "observer"), base.get("PYTHONPATH")]))}
+    run = subprocess.run([sys.executable, *pytest_args, "-p", "observer_plugin", second], cwd=ROOT, env=fresh,
+                         capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
+    observed = {gpu_inputs.relative(line, ROOT, []) for line in observed_file.read_text().splitlines()}
+    observed = {p for p in observed if p is not None and (ROOT / p).is_file()}
+    assert len(observed) > 20 and observed <= inputs, sorted(observed - inputs)
+    assert "src/pytest_ditgate/experiment/judge.py" not in inputs  # never reached by these tests

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""What a change costs in GPU check device time: ``scripts/gpu_check.py --plan`` on a one-line edit of each
+file, in a copy of the tree, against the committed record (its unit times and inputs).
+
+Each row copies the project (no caches, environments or .git), appends a comment to one file, and runs the
+plan there with the record of the tree in hand. The tree must be covered by the record (``--verify`` green),
+so that the edit is the only debt. Writes ``gpu_check_cost.json`` (``--out``) with each row's units, stages,
+calls and device time, and the record's provenance; prints the table last.
+
+Run: ``python benchmarks/gpu_check_cost.py --out benchmarks/results``
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORD = ROOT / "benchmarks" / "results" / "gpu_check.json"
+SKIP = shutil.ignore_patterns(".git", ".venv", ".whl", ".gl", ".stage", ".ditgate", "__pycache__", "*.pyc",
+                              ".pytest_cache", ".hypothesis", ".tox", "build", "dist", "*.egg-info")
+#: (what the row stands for, the file edited); the first four are the rows of issue 45's acceptance table
+ROWS = [
+    ("the judge", "src/pytest_ditgate/experiment/judge.py"),
+    ("one kernel's binding", "kernels/residual.py"),
+    ("one kernel's CUDA source", "kernels/csrc/gated_residual.cu"),
+    ("the adaLN kernels", "kernels/adaln.py"),
+    ("one of the plugin's tests", "tests/plugin/test_report.py"),
+    ("README", "README.md"),
+    ("a doc", "docs/agent_loop.md"),
+    ("a benchmark result", "benchmarks/results/INDEX.md"),
+    ("the correctness gate", "src/pytest_ditgate/correctness/checks.py"),
+    ("the plugin's entry point", "src/pytest_ditgate/plugin.py"),
+    ("the fast DiT's model", "dit_impl/fast/model.py"),
+    ("a GPU suite's test", "tests/gates/test_bench_gpu.py"),
+    ("a benchmark with targets", "benchmarks/timer_fidelity.py"),
+]
+COMMENT = {".py": "\n# a one-line edit (gpu_check_cost)\n", ".cu": "\n// a one-line edit (gpu_check_cost)\n",
+           ".md": "\nA one-line edit (gpu_check_cost).\n"}
+
+
+def plan(tree: Path, record: Path) -> dict:
+    out = tree / "plan.json"
+    run = subprocess.run([sys.executable, "scripts/gpu_check.py", "--plan", "--record", str(record), "--json", str(out)],
+                         cwd=tree, capture_output=True, text=True, timeout=600)
+    if run.returncode != 0:
+        raise SystemExit(f"gpu_check.py --plan failed in {tree}: {run.stderr[-2000:]}")
+    return json.loads(out.read_text())
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--record", default=str(RECORD))
+    parser.add_argument("--out", default=None, help="folder for gpu_check_cost.json")
+    ns = parser.parse_args(argv)
+    record = Path(ns.record).resolve()
+    data = json.loads(record.read_text())
+    with tempfile.TemporaryDirectory(prefix="gpu-check-cost-") as tmp:
+        base = Path(tmp) / "tree"
+        shutil.copytree(ROOT, base, ignore=SKIP)
+        untouched = plan(base, record)
+        rows = []
+        for label, rel in ROWS:
+            tree = Path(tmp) / f"row-{len(rows)}"
+            shutil.copytree(base, tree)
+            path = tree / rel
+            path.write_text(path.read_text() + COMMENT.get(path.suffix, "\n# edit\n"))
+            found = plan(tree, record)
+            per_stage: dict[str, int] = {}
+            for call in found["calls"]:
+                for part in call["parts"]:
+                    per_stage[part["stage"]] = per_stage.get(part["stage"], 0) + len(part["units"])
+            rows.append({"label": label, "file": rel, "units": found["units"], "stages": per_stage,
+                         "calls": len(found["calls"]), "work_s": found["work_s"], "device_s": found["device_s"]})
+            shutil.rmtree(tree)
+    devices = sorted({(e.get("provenance") or {}).get("device") for s in (data.get("stages") or {}).values()
+                      for e in (s.get("units") or {}).values()} - {None})
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    result = {"benchmark": "gpu_check_cost", "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+              "commit": commit, "record_tree_hash": data.get("tree_hash"), "record_devices": devices,
+              "untouched_tree_units": untouched["units"], "timer": "none: --plan's estimates from the record's "
+              "measured unit times (test time per file, each stage's measured fixed cost, set-up per call, one "
+              "machine start)", "rows": rows}
+    if ns.out:
+        Path(ns.out).mkdir(parents=True, exist_ok=True)
+        (Path(ns.out) / "gpu_check_cost.json").write_text(json.dumps(result, indent=1) + "\n")
+    if untouched["units"]:
+        print(f"note: the untouched tree already has {untouched['units']} unit(s) in debt; each row includes them")
+    print(f"{'a change to':58s} {'units':>5s} {'calls':>5s} {'device s':>9s}  stages")
+    for row in rows:
+        stages = ", ".join(f"{k} {v}" for k, v in row["stages"].items()) or "-"
+        print(f"{row['label'] + ' (' + row['file'] + ')':58s} {row['units']:5d} {row['calls']:5d} {row['device_s']:9.0f}  {stages}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
