@@ -194,7 +194,7 @@ def unit_reads(recording: Recording, root: Path, whole: str | None = None) -> di
                 prefix.modules.add(payload)
                 continue
             rel = relative(payload, root, aliases)
-            if rel is not None:
+            if rel is not None and not (root / rel).is_dir():
                 target.files.add(rel)
                 prefix.files.add(rel)
     for reads in units.values():

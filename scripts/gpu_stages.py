@@ -53,9 +53,12 @@ BENCH_ARGS = {
     "dit": ["--reps", "30", "--configs", DIT_CONFIGS],
 }
 #: functions whose reads and lookups make no result depend on what they read: hashing the fixed paths against
-#: their lock (which every CPU run, CI's too, verifies as well) and noting package versions as provenance
+#: their lock (which every CPU run, CI's too, verifies as well), noting package versions as provenance, and
+#: copying a tree (what the run then reads from the copy counts as read from the original; a program other
+#: than Python reading the copy, git for one, is not seen)
 IGNORE_IN = ("src/pytest_ditgate/golden/fixed_paths.py:expand,table_digest,evaluate_lock;"
-             "src/pytest_ditgate/environment.py:environment_record")
+             "src/pytest_ditgate/environment.py:environment_record;"
+             "/shutil.py:copytree,_copytree")
 
 
 # -- running, recorded ------------------------------------------------------------------------------------

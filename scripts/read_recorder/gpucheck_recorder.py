@@ -135,7 +135,12 @@ class _Recorder:
         elif isinstance(flags, int) and flags & os.O_ACCMODE == os.O_WRONLY:
             return
         path = os.fsdecode(path) if isinstance(path, bytes) else os.fspath(path)
-        path = os.path.abspath(path)
+        if not os.path.isabs(path):
+            # relative to the current folder, or to a folder descriptor the event does not name (os.open's
+            # dir_fd, as compilers' caches use): kept only where it names a file of the current folder
+            path = os.path.abspath(path)
+            if not os.path.isfile(path):
+                return
         if not self.wanted(path) or ("open", path) in self.seen:
             return
         if self.ignore_in and self.in_ignored_function():

@@ -59,6 +59,16 @@ FILES = {
 
 
 @pytest.fixture(scope="module")
+def gpu_stages():
+    sys.path.insert(0, str(SCRIPTS))
+    try:
+        import gpu_stages as module
+    finally:
+        sys.path.remove(str(SCRIPTS))
+    return module
+
+
+@pytest.fixture(scope="module")
 def gpu_inputs():
     sys.path.insert(0, str(SCRIPTS))
     try:
@@ -96,8 +106,10 @@ def _recorded_run(project: Path, python: str, folder: Path, extra_env: dict[str,
     folder.mkdir()
     # the interpreter may be another Python than this one: pytest (pure Python) comes from this environment
     site = sysconfig.get_paths()["purelib"]
+    # reads inside copytree do not count, as in the GPU check: tree/inside.txt is an input only because it is read
+    # from the copy
     env = {**os.environ, "GPUCHECK_RECORD_DIR": str(folder), "PYTHONDONTWRITEBYTECODE": "1",
-           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "GPUCHECK_RECORD_IGNORE_IN": "/shutil.py:copytree,_copytree",
            "PYTHONPATH": os.pathsep.join([str(code), str(project), site]), **(extra_env or {})}
     env.pop("GPUCHECK_RECORD_UNIT", None)
     run = subprocess.run([python, "-m", "pytest", "-q", "tests/test_lazy.py", "tests/test_plain.py"], cwd=project, env=env, capture_output=True,
@@ -237,17 +249,18 @@ def test_pyc_files_and_copies_map_to_their_sources(tmp_path: Path, gpu_inputs) -
     assert rel(str(root / ".ditgate" / "ledger.jsonl"), root, aliases) is None
 
 
-def test_the_recorder_never_breaks_a_process(tmp_path: Path) -> None:
-    """An unwritable record folder: the process runs as if no recorder were there."""
-    code = tmp_path / "recorder"
-    code.mkdir()
-    for name in ("sitecustomize.py", "gpucheck_recorder.py"):
-        shutil.copy2(RECORDER / name, code / name)
-    env = {**os.environ, "GPUCHECK_RECORD_DIR": str(tmp_path / "missing" / "deeper"),
-           "PYTHONPATH": os.pathsep.join([str(code), os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-c", "import json; print(json.dumps(7))"], env=env, capture_output=True,
-                         text=True, timeout=60)
-    assert run.returncode == 0 and run.stdout.strip() == "7" and not run.stderr
+def test_the_recorder_never_breaks_a_process(tmp_path: Path, monkeypatch) -> None:
+    """A record folder that cannot be written: the recorder does not start, and nothing is raised (checked in
+    this process: a child started so would run unrecorded, which a recorded run of this test would flag)."""
+    spec = importlib.util.spec_from_file_location("recorder_unstarted", RECORDER / "gpucheck_recorder.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setenv("GPUCHECK_RECORD_DIR", str(tmp_path / "missing" / "deeper"))
+    monkeypatch.delattr(sys, "_gpucheck_recorder", raising=False)
+    hooks = []
+    monkeypatch.setattr(sys, "addaudithook", hooks.append)
+    module.start()
+    assert hooks == [] and getattr(sys, "_gpucheck_recorder", None) is None
 
 
 def test_the_recorder_chains_to_the_sitecustomize_it_shadows(tmp_path: Path) -> None:
@@ -300,7 +313,7 @@ def pytest_sessionfinish(session):
 '''
 
 
-def test_this_projects_units_are_keyed_on_every_file_their_tests_load(tmp_path: Path, gpu_inputs) -> None:
+def test_this_projects_units_are_keyed_on_every_file_their_tests_load(tmp_path: Path, gpu_inputs, gpu_stages) -> None:
     """Two of the project's own test files run in one recorded pytest process, as the GPU check runs them; the
     second is then run alone in a fresh process under an independent observer (every module it ends up with
     and every file it opens). Everything the observer saw of the project is among the second's inputs,
@@ -312,10 +325,13 @@ def test_this_projects_units_are_keyed_on_every_file_their_tests_load(tmp_path: 
     code.mkdir()
     for name in ("sitecustomize.py", "gpucheck_recorder.py"):
         shutil.copy2(RECORDER / name, code / name)
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("GPUCHECK_", "PYTEST_XDIST", "PYTEST_CURRENT"))}
-    recorded = {**base, "GPUCHECK_RECORD_DIR": str(folder), "PYTHONDONTWRITEBYTECODE": "1",
-                "GPUCHECK_RECORD_IGNORE_IN": "src/pytest_ditgate/golden/fixed_paths.py:expand,table_digest,evaluate_lock",
-                "PYTHONPATH": os.pathsep.join(filter(None, [str(code), base.get("PYTHONPATH")]))}
+    # the recorded run records into a folder of its own (nested, where a GPU check records this test); the fresh
+    # run keeps whatever records this test
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("PYTEST_XDIST", "PYTEST_CURRENT"))}
+    recorded = {k: v for k, v in base.items() if k != "GPUCHECK_RECORD_UNIT"}
+    recorded.update({"GPUCHECK_RECORD_DIR": str(folder), "PYTHONDONTWRITEBYTECODE": "1",
+                "GPUCHECK_RECORD_IGNORE_IN": gpu_stages.IGNORE_IN,
+                     "PYTHONPATH": os.pathsep.join(filter(None, [str(code), base.get("PYTHONPATH")]))})
     pytest_args = ["-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
     run = subprocess.run([sys.executable, *pytest_args, first, second], cwd=ROOT, env=recorded, capture_output=True,
                          text=True, timeout=300)
