@@ -3,8 +3,8 @@
 file, in a copy of the tree, against the committed record (its unit times and inputs).
 
 Each row copies the project (no caches, environments or .git), appends a comment to one file, and runs the
-plan there with the record of the tree in hand. The tree must be covered by the record (``--verify`` green),
-so that the edit is the only debt. Writes ``gpu_check_cost.json`` (``--out``) with each row's units, stages,
+plan there with the record of the tree in hand, leaving out the units the untouched tree already owes (so
+that each row is what its edit adds). Writes ``gpu_check_cost.json`` (``--out``) with each row's units, stages,
 calls and device time, and the record's provenance; prints the table last.
 
 Run: ``python benchmarks/gpu_check_cost.py --out benchmarks/results``
@@ -45,10 +45,14 @@ COMMENT = {".py": "\n# a one-line edit (gpu_check_cost)\n", ".cu": "\n// a one-l
            ".md": "\nA one-line edit (gpu_check_cost).\n"}
 
 
-def plan(tree: Path, record: Path) -> dict:
+def plan(tree: Path, record: Path, leave_out: list[str] | None = None) -> dict:
     out = tree / "plan.json"
-    run = subprocess.run([sys.executable, "scripts/gpu_check.py", "--plan", "--record", str(record), "--json", str(out)],
-                         cwd=tree, capture_output=True, text=True, timeout=600)
+    extra = []
+    if leave_out:
+        (tree / "leave_out.json").write_text(json.dumps(leave_out))
+        extra = ["--leave-out", str(tree / "leave_out.json")]
+    run = subprocess.run([sys.executable, "scripts/gpu_check.py", "--plan", "--record", str(record), "--json", str(out),
+                          *extra], cwd=tree, capture_output=True, text=True, timeout=600)
     if run.returncode != 0:
         raise SystemExit(f"gpu_check.py --plan failed in {tree}: {run.stderr[-2000:]}")
     return json.loads(out.read_text())
@@ -71,31 +75,34 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(base, tree)
             path = tree / rel
             path.write_text(path.read_text() + COMMENT.get(path.suffix, "\n# edit\n"))
-            found = plan(tree, record)
+            found = plan(tree, record, untouched["unit_ids"])
             per_stage: dict[str, int] = {}
             for call in found["calls"]:
                 for part in call["parts"]:
                     per_stage[part["stage"]] = per_stage.get(part["stage"], 0) + len(part["units"])
             rows.append({"label": label, "file": rel, "units": found["units"], "stages": per_stage,
-                         "calls": len(found["calls"]), "work_s": found["work_s"], "device_s": found["device_s"]})
+                         "calls": len(found["calls"]), "stage_s": found["stage_s"], "work_s": found["work_s"],
+                         "device_s": found["device_s"]})
             shutil.rmtree(tree)
     devices = sorted({(e.get("provenance") or {}).get("device") for s in (data.get("stages") or {}).values()
                       for e in (s.get("units") or {}).values()} - {None})
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     result = {"benchmark": "gpu_check_cost", "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "commit": commit, "record_tree_hash": data.get("tree_hash"), "record_devices": devices,
-              "untouched_tree_units": untouched["units"], "timer": "none: --plan's estimates from the record's "
-              "measured unit times (test time per file, each stage's measured fixed cost, set-up per call, one "
-              "machine start)", "rows": rows}
+              "untouched_tree_debt": untouched["unit_ids"], "timer": "none: --plan's estimates from the record's "
+              "measured unit times (test time per file and each test stage's measured fixed cost: stage_s; plus "
+              "the set-up of each call: work_s; plus one machine start: device_s)", "rows": rows}
     if ns.out:
         Path(ns.out).mkdir(parents=True, exist_ok=True)
         (Path(ns.out) / "gpu_check_cost.json").write_text(json.dumps(result, indent=1) + "\n")
     if untouched["units"]:
-        print(f"note: the untouched tree already has {untouched['units']} unit(s) in debt; each row includes them")
-    print(f"{'a change to':58s} {'units':>5s} {'calls':>5s} {'device s':>9s}  stages")
+        print(f"note: the untouched tree has {untouched['units']} unit(s) in debt ({', '.join(untouched['unit_ids'])}); "
+              "the rows leave them out")
+    print(f"{'a change to':58s} {'units':>5s} {'calls':>5s} {'stage s':>8s} {'device s':>9s}  stages")
     for row in rows:
         stages = ", ".join(f"{k} {v}" for k, v in row["stages"].items()) or "-"
-        print(f"{row['label'] + ' (' + row['file'] + ')':58s} {row['units']:5d} {row['calls']:5d} {row['device_s']:9.0f}  {stages}")
+        print(f"{row['label'] + ' (' + row['file'] + ')':58s} {row['units']:5d} {row['calls']:5d} {row['stage_s']:8.0f} "
+              f"{row['device_s']:9.0f}  {stages}")
     return 0
 
 

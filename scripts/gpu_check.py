@@ -233,10 +233,10 @@ def pack(record: dict[str, Any], todo: list[gpu_record.UnitState], capacity: flo
 
 
 def plan_summary(record: dict[str, Any], states: list[gpu_record.UnitState], reruns: dict[str, str] | None = None,
-                 call_s: float = CALL_LIMIT_S) -> dict[str, Any]:
+                 call_s: float = CALL_LIMIT_S, leave_out: set[str] | None = None) -> dict[str, Any]:
     """The calls a tree needs: each call's parts and estimated seconds (set-up included), and the device time
-    in all with one machine start."""
-    todo = due(states, reruns)
+    in all with one machine start. ``leave_out``: units (``stage:unit``) not to count."""
+    todo = [s for s in due(states, reruns) if f"{s.stage.name}:{s.unit}" not in (leave_out or set())]
     calls = pack(record, todo, call_s - CALL_SETUP_S - CALL_MARGIN_S)
     rows = []
     for call in calls:
@@ -245,9 +245,10 @@ def plan_summary(record: dict[str, Any], states: list[gpu_record.UnitState], rer
         rows.append({"parts": parts, "seconds": round(sum(p["seconds"] for p in parts) + CALL_SETUP_S, 1)})
     work = sum(r["seconds"] for r in rows)
     red = [f"{s.stage.name}: {s.unit}" for s in states if s.status == "red" and s not in todo]
+    stage_s = sum(p["seconds"] for r in rows for p in r["parts"])
     return {"units": len(todo), "stages": sorted({s.stage.name for s in todo}, key=lambda n: list(BY_NAME).index(n)),
-            "calls": rows, "device_s": round(work + (MACHINE_START_S if rows else 0), 1), "work_s": round(work, 1),
-            "red_not_rerun": red}
+            "unit_ids": [f"{s.stage.name}:{s.unit}" for s in todo], "calls": rows, "device_s": round(work + (MACHINE_START_S if rows else 0), 1), "work_s": round(work, 1),
+            "stage_s": round(stage_s, 1), "red_not_rerun": red}
 
 
 def print_plan(summary: dict[str, Any]) -> None:
@@ -445,6 +446,24 @@ def explain(record: dict[str, Any], unit: str) -> int:
     return 0
 
 
+def audit(folder: Path) -> int:
+    """A recorded run's gaps (``scripts/test`` records the README's tests): the test files that started a Python
+    process without the recorder. Such a unit's inputs would be unknown in a GPU check, which fails it; CI
+    fails first, naming the process."""
+    reads = gpu_inputs.unit_reads(gpu_inputs.Recording.load(folder), ROOT)
+    gaps = {unit: found.blind for unit, found in reads.items() if found.blind and unit.startswith("tests/")}
+    units = sum(1 for unit in reads if unit.startswith("tests/"))
+    if not gaps:
+        print(f"gpu_check --audit: every process of {units} test files was recorded")
+        return 0
+    for unit, blind in sorted(gaps.items()):
+        print(f"gpu_check --audit: {unit} started a Python process without the GPU check's recorder: {blind[0][:200]}"
+              + (f" (+{len(blind) - 1} more)" if len(blind) > 1 else ""))
+    print("keep GPUCHECK_RECORD_* and the recorder's folder on PYTHONPATH in the environment of the processes a test "
+          "starts (README, \"The GPU check\")")
+    return 1
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hash", action="store_true", help="print the tree hash and exit (no torch needed)")
@@ -453,6 +472,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--plan", action="store_true",
                         help="the device calls this tree needs (no torch); with --budget-s, what fits")
     parser.add_argument("--explain", metavar="UNIT", help="a unit's inputs, key and state (a test file or a stage)")
+    parser.add_argument("--audit", metavar="DIR", help="the gaps of a recorded run (no torch): exit 1 when a test "
+                                                      "started a Python process without the recorder")
     parser.add_argument("--changed", action="store_true", help="run the units in debt (on a CUDA machine)")
     parser.add_argument("--stages", default=None, help=f"comma-separated stages to run, of {', '.join(BY_NAME)}")
     parser.add_argument("--rerun", action="append", default=[], metavar="STAGE=WHY",
@@ -460,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
                              "under 'superseded'")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="run (or plan) only the units whose estimated times fit this many seconds")
+    parser.add_argument("--leave-out", default=None, metavar="JSON",
+                        help="with --plan: a JSON list of units (stage:unit) to leave out of the plan")
     parser.add_argument("--record", default=str(RESULT), help="the record to read (default: the committed one)")
     parser.add_argument("--json", default=None,
                         help="where to write the merged record (default: --record); with --plan, the plan as JSON")
@@ -469,13 +492,16 @@ def main(argv: list[str] | None = None) -> int:
     if ns.hash:
         print(tree_hash())
         return 0
+    if ns.audit:
+        return audit(Path(ns.audit))
     if ns.verify or ns.plan or ns.explain:
         record = load_record(Path(ns.record))
         if ns.explain:
             return explain(record, ns.explain)
         if ns.plan:
             states = with_legacy_times(record, gpu_record.states(record, STAGES, ROOT))
-            summary = plan_summary(record, states, call_s=CALL_LIMIT_S)
+            leave_out = set(json.loads(Path(ns.leave_out).read_text())) if ns.leave_out else None
+            summary = plan_summary(record, states, call_s=CALL_LIMIT_S, leave_out=leave_out)
             if ns.budget_s is not None:
                 fits = pack(record, due(states), ns.budget_s - CALL_SETUP_S - CALL_MARGIN_S)
                 summary["fits_budget"] = [{"stage": p.stage.name, "units": [u.unit for u in p.units]}

@@ -157,8 +157,7 @@ class _Recorder:
             argv = [argv]
         argv = [os.fsdecode(a) if isinstance(a, bytes) else str(a) for a in (argv or [])]
         program = os.fsdecode(executable) if isinstance(executable, bytes) else str(executable or (argv[:1] or [""])[0])
-        name = os.path.basename(program)
-        if not (name.startswith("python") or os.path.realpath(program) == os.path.realpath(sys.executable)):
+        if not _is_python(program, argv):
             return
         isolated = any(a.startswith("-") and not a.startswith("--") and set(a[1:]) & set("ISE") and len(a) <= 4
                        for a in argv[1:3])
@@ -212,6 +211,30 @@ class _Recorder:
                 self.monitored = True
                 self.write({"k": "monitor", "tool": tool})
                 return
+
+
+def _is_python(program: str, argv: list[str]) -> bool:
+    """Whether ``program`` starts a Python interpreter: one by name, this interpreter, ``env python...``, or a
+    script whose ``#!`` line names Python (a console script such as ``ditgate`` or ``pytest``)."""
+    import shutil
+
+    name = os.path.basename(program)
+    if name == "env":
+        rest = [a for a in argv[1:] if not a.startswith("-") and "=" not in a]
+        return bool(rest) and os.path.basename(rest[0]).startswith("python")
+    if name.startswith("python"):
+        return True
+    found = program if os.sep in program else shutil.which(program)
+    if not found:
+        return False
+    if os.path.realpath(found) == os.path.realpath(sys.executable):
+        return True
+    try:
+        with open(found, "rb") as handle:
+            first = handle.readline(256)
+    except OSError:
+        return False
+    return first.startswith(b"#!") and b"python" in first
 
 
 def _parse_ignore_in(value: str) -> tuple[tuple[str, frozenset[str]], ...]:

@@ -148,10 +148,16 @@ def test_versus_lane_best(ditbench, ditgate_lane):
 
 
 def clean_env(**extra: str) -> dict[str, str]:
+    """The judge's environment: no ditgate or pytest switches, the plugin's source on ``PYTHONPATH``. The GPU
+    check's read recorder stays on it (after whatever ``extra`` names), so that what the judge and its
+    children read is known (scripts/read_recorder/)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DITGATE_", "PYTEST_", "PYTHONPATH"))}
     env.update(GIT_AUTHOR_NAME="agent", GIT_AUTHOR_EMAIL="agent@example.com", GIT_COMMITTER_NAME="agent",
                GIT_COMMITTER_EMAIL="agent@example.com", PYTHONPATH=PLUGIN_SRC)
     env.update(extra)
+    recorder = [entry for entry in os.environ.get("PYTHONPATH", "").split(os.pathsep)
+                if entry and (Path(entry) / "gpucheck_recorder.py").is_file()]
+    env["PYTHONPATH"] = os.pathsep.join([*env["PYTHONPATH"].split(os.pathsep), *recorder])
     return env
 
 

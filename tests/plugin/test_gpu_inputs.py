@@ -223,14 +223,17 @@ def test_a_python_child_started_without_the_recorder_makes_the_unit_unrecorded(t
     recorder.spawned("subprocess.Popen", ("git", ["git", "status"], None, {}))  # not Python
     recorder.spawned("subprocess.Popen", (python, [python, "-c", "import pkg.unused"], None, {"PATH": "/bin"}))
     recorder.spawned("os.posix_spawn", (python, [python, "-I", "-c", "pass"], None))
+    script = tmp_path / "console-script"  # a console script (ditgate, pytest) is Python by its #! line
+    script.write_text(f"#!{python}\nimport sys\n")
+    recorder.spawned("subprocess.Popen", (None, [str(script), "experiment"], None, {"PATH": "/bin"}))
     recorder.spawned("subprocess.Popen", (python, [python, "-c", "pass"], None,
                                           {**recorded, "GPUCHECK_RECORD_DIR": str(nested)}))
     project = tmp_path / "project"
     (project / "tests").mkdir(parents=True)
     (project / "data.txt").write_text("x")
     reads = gpu_inputs.unit_reads(gpu_inputs.Recording.load(folder), project)["tests/test_x.py"]
-    assert [line.rpartition(" -c ")[2] for line in reads.blind] == ["import pkg.unused", "pass"]
-    assert "-I" in reads.blind[1]
+    assert [line.rpartition(" -c ")[2] for line in reads.blind[:2]] == ["import pkg.unused", "pass"]
+    assert "-I" in reads.blind[1] and reads.blind[2] == f"{script} experiment" and len(reads.blind) == 3
     assert "data.txt" in reads.files  # read by the nested recording's process, counted for the unit
 
 
