@@ -7,7 +7,8 @@ plan there with the record of the tree in hand, leaving out the units the untouc
 that each row is what its edit adds). Writes ``gpu_check_cost.json`` (``--out``) with each row's units, stages,
 calls and device time, and the record's provenance; prints the table last.
 
-Run: ``python benchmarks/gpu_check_cost.py --out benchmarks/results``
+Run: ``python benchmarks/gpu_check_cost.py --out benchmarks/results [--tree REV]`` (``--tree``: the commit the
+record was made on, when the working tree has moved since).
 """
 
 from __future__ import annotations
@@ -61,13 +62,23 @@ def plan(tree: Path, record: Path, leave_out: list[str] | None = None) -> dict:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--record", default=str(RECORD))
+    parser.add_argument("--tree", default=None, metavar="REV",
+                        help="measure on the tree of this commit (the one the record was made on) instead of the "
+                             "working tree")
     parser.add_argument("--out", default=None, help="folder for gpu_check_cost.json")
     ns = parser.parse_args(argv)
     record = Path(ns.record).resolve()
     data = json.loads(record.read_text())
     with tempfile.TemporaryDirectory(prefix="gpu-check-cost-") as tmp:
         base = Path(tmp) / "tree"
-        shutil.copytree(ROOT, base, ignore=SKIP)
+        if ns.tree:
+            base.mkdir()
+            archive = subprocess.run(["git", "archive", "--format=tar", ns.tree], cwd=ROOT, capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(base)], input=archive.stdout, check=True)
+            for name in ("gpu_check.py", "gpu_record.py", "gpu_inputs.py", "gpu_stages.py"):  # today's planner
+                shutil.copy2(ROOT / "scripts" / name, base / "scripts" / name)
+        else:
+            shutil.copytree(ROOT, base, ignore=SKIP)
         untouched = plan(base, record)
         rows = []
         for label, rel in ROWS:
@@ -86,7 +97,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(tree)
     devices = sorted({(e.get("provenance") or {}).get("device") for s in (data.get("stages") or {}).values()
                       for e in (s.get("units") or {}).values()} - {None})
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    commit = subprocess.run(["git", "rev-parse", "--short", ns.tree or "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip()
     result = {"benchmark": "gpu_check_cost", "time_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
               "commit": commit, "record_tree_hash": data.get("tree_hash"), "record_devices": devices,
               "untouched_tree_debt": untouched["unit_ids"], "timer": "none: --plan's estimates from the record's "

@@ -149,12 +149,23 @@ class Part:
     seconds: float = 0.0
 
 
-def overhead(record: dict[str, Any], stage: gpu_record.Stage) -> float:
-    """A test stage's fixed cost (start, collection), from its recorded runs, or a default."""
+def overhead(record: dict[str, Any], stage: gpu_record.Stage, units: int) -> float:
+    """A test stage's cost beyond its tests' own time for ``units`` test files: a fixed part (start, workers)
+    and a part per file (its collection, the workers' imbalance), fitted to the stage's recorded runs; with runs
+    of one size only, their median; with none, a default."""
     runs = ((record.get("stages") or {}).get(stage.name) or {}).get("runs") or []
-    found = [max(0.0, r["wall_s"] - max(r["unit_s"] / max(1, r["workers"]), r["longest_s"])) for r in runs
-             if {"wall_s", "unit_s", "workers", "longest_s"} <= set(r)]
-    return statistics.median(found) if found else DEFAULT_OVERHEAD_S.get(stage.name, 30.0)
+    points = [(r["units"], max(0.0, r["wall_s"] - max(r["unit_s"] / max(1, r["workers"]), r["longest_s"])))
+              for r in runs if {"units", "wall_s", "unit_s", "workers", "longest_s"} <= set(r)]
+    if not points:
+        return DEFAULT_OVERHEAD_S.get(stage.name, 30.0)
+    if len({n for n, _ in points}) < 2:
+        return statistics.median(extra for _, extra in points)
+    mean_n = statistics.fmean(n for n, _ in points)
+    mean_e = statistics.fmean(e for _, e in points)
+    slope = sum((n - mean_n) * (e - mean_e) for n, e in points) / sum((n - mean_n) ** 2 for n, _ in points)
+    slope = max(0.0, slope)
+    fixed = max(0.0, mean_e - slope * mean_n)
+    return fixed + slope * units
 
 
 def unit_seconds(state: gpu_record.UnitState) -> float:
@@ -172,7 +183,7 @@ def estimate(record: dict[str, Any], stage: gpu_record.Stage, units: list[gpu_re
         return sum(unit_seconds(u) for u in units)
     times = [unit_seconds(u) for u in units]
     workers = min(stage.workers, len(units))
-    return overhead(record, stage) + max(sum(times) / workers, max(times))
+    return overhead(record, stage, len(units)) + max(sum(times) / workers, max(times))
 
 
 def with_legacy_times(record: dict[str, Any], states: list[gpu_record.UnitState]) -> list[gpu_record.UnitState]:
