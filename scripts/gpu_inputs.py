@@ -93,11 +93,17 @@ class Recording:
                     current.monitored = True
                 elif kind == "copy":
                     copies.append((item["src"], item["dst"]))
-                elif kind in ("open", "exec", "mod", "unit"):
+                elif kind == "unit":
+                    current.events.append((kind, item.get("u", ""), item.get("u", "")))
+                elif kind == "exec":
+                    current.events.append((kind, item.get("u", ""), f"{item.get('p', '')}\0{item.get('l', 0)}"))
+                elif kind in ("open", "mod"):
                     payload = item.get("p") or item.get("n") or ""
                     current.events.append((kind, item.get("u", ""), payload))
                 elif kind == "blind":
                     current.events.append((kind, item.get("u", ""), " ".join(map(str, item.get("argv") or []))))
+                elif kind == "uses":
+                    current.events.append((kind, item.get("u", ""), item.get("f", "")))
                 elif kind == "nested":
                     outer = current.inherited if current.fixed else item.get("u", "")
                     inner = item.get("dir", "")
@@ -120,6 +126,19 @@ class UnitReads:
     files: set[str] = field(default_factory=set)
     modules: set[str] = field(default_factory=set)
     blind: list[str] = field(default_factory=list)
+    #: fixtures wider than a test that the unit's tests used (their set-up's reads are added to the unit's)
+    fixtures: set[str] = field(default_factory=set)
+    #: (file, first line of a code object) of every function that ran, where code was traced
+    functions: set[tuple[str, int]] = field(default_factory=set)
+    #: some of the unit's reads came from a process whose code was not traced (so every function counts)
+    untraced: bool = False
+
+    def add(self, other: "UnitReads") -> None:
+        self.files |= other.files
+        self.modules |= other.modules
+        self.functions |= other.functions
+        self.untraced |= other.untraced
+        self.blind += [b for b in other.blind if b not in self.blind]
 
 
 def _aliases(copies: list[tuple[str, str]], root: Path) -> list[tuple[str, str]]:
@@ -166,6 +185,7 @@ def unit_reads(recording: Recording, root: Path, whole: str | None = None) -> di
     is one unit: a benchmark, the loop). Reads outside any unit count for every unit of the run."""
     aliases = _aliases(recording.copies, root)
     units: dict[str, UnitReads] = {}
+    fixtures: dict[str, UnitReads] = {}
     common = UnitReads()
 
     def bucket(unit: str) -> UnitReads:
@@ -173,6 +193,8 @@ def unit_reads(recording: Recording, root: Path, whole: str | None = None) -> di
             return units.setdefault(whole, UnitReads())
         if not unit:
             return common
+        if unit.startswith("fixture:"):
+            return fixtures.setdefault(unit, UnitReads())
         rel = relative(unit, root, aliases) or unit
         return units.setdefault(rel, UnitReads())
 
@@ -184,23 +206,35 @@ def unit_reads(recording: Recording, root: Path, whole: str | None = None) -> di
                     target = bucket(payload)
                     target.files |= prefix.files
                     target.modules |= prefix.modules
+                    target.untraced = True
                 continue
             target = bucket(process.inherited if process.fixed else (unit or process.inherited))
             if kind == "blind":
                 target.blind.append(payload)
                 continue
+            if kind == "uses":
+                target.fixtures.add(payload)
+                continue
             if kind == "mod":
                 target.modules.add(payload)
                 prefix.modules.add(payload)
                 continue
+            if not process.monitored:
+                target.untraced = True
+            line = 0
+            if kind == "exec":
+                payload, _, number = payload.partition("\0")
+                line = int(number or 0)
             rel = relative(payload, root, aliases)
             if rel is not None and not (root / rel).is_dir():
                 target.files.add(rel)
                 prefix.files.add(rel)
+                if kind == "exec":
+                    target.functions.add((rel, line))
     for reads in units.values():
-        reads.files |= common.files
-        reads.modules |= common.modules
-        reads.blind += common.blind
+        for fixture in reads.fixtures:
+            reads.add(fixtures.get(fixture, UnitReads()))
+        reads.add(common)
     if whole is not None and whole not in units:
         units[whole] = common
     return units
@@ -209,13 +243,30 @@ def unit_reads(recording: Recording, root: Path, whole: str | None = None) -> di
 # -- the static part: what a read file's imports can reach --------------------------------------------------
 
 @dataclass
+class Scope:
+    """What one scope of a module (the module itself, or a function) imports or names."""
+
+    imports: set[str] = field(default_factory=set)  # module names
+    strings: set[str] = field(default_factory=set)  # dotted or bare names given as strings
+    names: set[tuple[str, str]] = field(default_factory=set)  # (module, name) of ``from module import name``
+
+
+@dataclass
 class FileImports:
-    eager: set[str] = field(default_factory=set)  # module names imported at module level
-    lazy: set[str] = field(default_factory=set)  # inside functions
-    strings: set[str] = field(default_factory=set)  # dotted or project-package names given as strings
-    names: set[tuple[str, str]] = field(default_factory=set)  # (module, name) of every ``from module import name``
+    """A file's imports: its module scope (run whenever it is imported) and each function's (run only when the
+    function runs), keyed by the first line of the function's code object (its first decorator's line, or its
+    ``def``); its lazy-export tables; and, for C/C++, its includes."""
+
+    module: Scope = field(default_factory=Scope)
+    functions: dict[int, Scope] = field(default_factory=dict)
     tables: dict[str, set[str]] = field(default_factory=dict)  # lazy-export tables: name -> modules
     includes: set[str] = field(default_factory=set)  # C/C++ ``#include "..."``
+
+    def scopes(self, lines: set[int] | None) -> list[Scope]:
+        """The module scope and the functions that ran (all of them when ``lines`` is None: not traced)."""
+        if lines is None:
+            return [self.module, *self.functions.values()]
+        return [self.module, *(scope for line, scope in self.functions.items() if line in lines)]
 
 
 def _type_checking(node: ast.If) -> bool:
@@ -248,33 +299,44 @@ def parse_python(source: str, package: str) -> FileImports:
         base = base[: len(base) - (level - 1)] if level > 1 else base
         return ".".join([*base, module] if module else base)
 
-    def visit(node: ast.AST, lazy: bool) -> None:
+    def visit(node: ast.AST, scope: Scope) -> None:
         for child in ast.iter_child_nodes(node):
             if isinstance(child, ast.If) and _type_checking(child):
                 for other in child.orelse:
-                    visit_one(other, lazy)
+                    visit_one(other, scope)
                 continue
-            visit_one(child, lazy)
+            visit_one(child, scope)
 
-    def visit_one(child: ast.AST, lazy: bool) -> None:
-        target = found.lazy if lazy else found.eager
+    def visit_one(child: ast.AST, scope: Scope) -> None:
         if isinstance(child, ast.Import):
-            target.update(alias.name for alias in child.names)
+            scope.imports.update(alias.name for alias in child.names)
         elif isinstance(child, ast.ImportFrom):
             module = absolute(child.module, child.level)
             if module:
-                target.add(module)
+                scope.imports.add(module)
             for alias in child.names:
                 if alias.name != "*":
-                    target.add(f"{module}.{alias.name}" if module else alias.name)
-                    found.names.add((module, alias.name))
+                    scope.imports.add(f"{module}.{alias.name}" if module else alias.name)
+                    scope.names.add((module, alias.name))
         elif isinstance(child, ast.Constant) and isinstance(child.value, str) and id(child) not in table_values:
             if DOTTED.match(child.value) or child.value.isidentifier():
-                found.strings.add(child.value)
-        inner = lazy or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
-        visit(child, inner)
+                scope.strings.add(child.value)
+        if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            decorators = getattr(child, "decorator_list", [])
+            for decorator in decorators:  # evaluated where the function is defined
+                visit_one(decorator, scope)
+            inner = Scope()
+            for line in {child.lineno, *(d.lineno for d in decorators)}:
+                found.functions[line] = inner
+            for part in ast.iter_child_nodes(child):
+                if part not in decorators:
+                    if isinstance(part, ast.If) and _type_checking(part):
+                        continue
+                    visit_one(part, inner)
+            return
+        visit(child, scope)
 
-    visit(tree, False)
+    visit(tree, found.module)
     return found
 
 
@@ -337,19 +399,21 @@ class ImportGraph:
                 found.append(file)
         return found
 
-    def reached(self, path: Path) -> set[Path]:
-        """One step from a file that was read or ran: every module it imports anywhere or names as a string,
+    def reached(self, path: Path, lines: set[int] | None = None) -> set[Path]:
+        """One step from a file that was read or ran: every module its module scope, and each of its functions
+        that ran (``lines``: their code objects' first lines; None: all of them), imports or names as a string,
         the modules its ``from package import name`` reach through a lazy-export table, and its includes."""
         found = self.imports(path)
         near = path.parent
         out: set[Path] = set()
-        for name in found.eager | found.lazy | found.strings:
-            out.update(self._modules(name, near))
-        for module, name in found.names:
-            package = self.module_file(module, near)
-            if package is not None:
-                for target in self.imports(package).tables.get(name, ()):
-                    out.update(self._modules(target, package.parent))
+        for scope in found.scopes(lines):
+            for name in scope.imports | scope.strings:
+                out.update(self._modules(name, near))
+            for module, name in scope.names:
+                package = self.module_file(module, near)
+                if package is not None:
+                    for target in self.imports(package).tables.get(name, ()):
+                        out.update(self._modules(target, package.parent))
         for include in found.includes:
             candidate = (near / include).resolve()
             if candidate.is_file():
@@ -366,7 +430,7 @@ class ImportGraph:
                 continue
             seen.add(path)
             found = self.imports(path)
-            for name in found.eager:
+            for name in found.module.imports:
                 todo.extend(self._modules(name, path.parent))
             for include in found.includes:
                 candidate = (path.parent / include).resolve()
@@ -377,15 +441,18 @@ class ImportGraph:
                 todo.append(init)
         return seen
 
-    def inputs(self, seeds: Iterable[str]) -> set[str]:
+    def inputs(self, seeds: Iterable[str], ran: dict[str, set[int]] | None = None) -> set[str]:
         """The project-relative files ``seeds`` (files read or run) depend on: the seeds, what they reach in one
-        step, and the module-level imports of all of those."""
+        step, and the module-level imports of all of those. ``ran``: for a traced run, the functions that ran
+        in each file (the first lines of their code objects): only their function-level imports count; None:
+        not traced, every function's count."""
         root = self.root.resolve()
+        seeds = list(seeds)
         start = [self.root / rel for rel in seeds]
         reached = set(start)
-        for path in start:
+        for rel, path in zip(seeds, start):
             if path.is_file():
-                reached |= self.reached(path)
+                reached |= self.reached(path, None if ran is None else ran.get(rel, set()))
         out = set()
         for path in self.eager_closure(p for p in reached if p.is_file()) | set(start):
             try:
@@ -410,8 +477,14 @@ def conftests(test_file: str, root: Path) -> list[str]:
 
 def unit_inputs(reads: UnitReads, graph: ImportGraph, extra: Iterable[str] = ()) -> list[str]:
     """A unit's inputs: what it read, its ``extra`` files (its own test file, its conftests), and what those
-    reach through imports (:meth:`ImportGraph.inputs`)."""
-    return sorted(graph.inputs(set(reads.files) | set(extra)))
+    reach through imports (:meth:`ImportGraph.inputs`; by the functions that ran, where every process of the
+    unit was traced)."""
+    ran = None
+    if not reads.untraced:
+        ran = {}
+        for rel, line in reads.functions:
+            ran.setdefault(rel, set()).add(line)
+    return sorted(graph.inputs(sorted(set(reads.files) | set(extra)), ran))
 
 
 def walk_tests(root: Path, paths: Iterable[str]) -> Iterator[str]:

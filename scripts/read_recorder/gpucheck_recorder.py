@@ -7,7 +7,8 @@ so that a process that leaves through ``os._exit`` or is killed loses nothing wr
 
 - ``{"k": "proc", ...}`` first: pid, parent pid, argv, the unit it inherited, whether code is traced;
 - ``{"k": "open", "u": unit, "p": path}`` a file opened for reading (modules too: their ``.py`` or ``.pyc``);
-- ``{"k": "exec", "u": unit, "p": path}`` a file whose code ran (``sys.monitoring``, Python 3.12 and later);
+- ``{"k": "exec", "u": unit, "p": path, "l": line}`` code that ran (``sys.monitoring``, Python 3.12 and later),
+  by its file and its code object's first line: the module's own code, or one function;
 - ``{"k": "mod", "u": unit, "n": name}`` a module or distribution looked up (imported, found or asked for
   its version), present or not: the optional packages a unit reaches key its result;
 - ``{"k": "copy", "u": unit, "src": path, "dst": path}`` a tree copied (``shutil.copytree``): what is read
@@ -16,7 +17,9 @@ so that a process that leaves through ``os._exit`` or is killed loses nothing wr
   that drops it, ``-I``/``-S``/``-E``): what it reads is unknown, so its unit's inputs are;
 - ``{"k": "nested", "u": unit, "dir": folder}`` a Python process that records into a folder of its own (a test
   of the recorder): what that folder holds counts for this unit;
-- ``{"k": "unit", "u": unit}`` the unit (a test file) that the following lines belong to.
+- ``{"k": "unit", "u": unit}`` the unit (a test file) that the following lines belong to; a unit named
+  ``fixture:<baseid>::<name>`` is the set-up of a fixture wider than a test;
+- ``{"k": "uses", "u": unit, "f": fixture}`` a unit's test uses that fixture (set up in this unit or earlier).
 
 A unit is the test file pytest collects or runs (set by a pytest plugin this module registers in every
 pytest run, the outermost run deciding); a process started inside a unit inherits it (``GPUCHECK_RECORD_UNIT``)
@@ -194,7 +197,7 @@ class _Recorder:
         try:
             path = code.co_filename
             if path and path[0] == os.sep and self.wanted(path):
-                self.note("exec", path, p=path)
+                self.note("exec", f"{path}:{code.co_firstlineno}", p=path, l=code.co_firstlineno)
         except Exception:  # noqa: BLE001
             pass
         return sys.monitoring.DISABLE
@@ -285,10 +288,34 @@ def _patch_pytest_manager(module, recorder: _Recorder) -> None:
         @hookimpl(hookwrapper=True)
         def pytest_runtest_protocol(self, item, nextitem):
             before = self._switch(getattr(item, "path", None))
+            if before is not None:
+                try:
+                    for defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+                        if defs and defs[-1].scope != "function":
+                            fid = _fixture_id(defs[-1])
+                            recorder.note("uses", fid, f=fid)
+                except Exception:  # noqa: BLE001
+                    pass
             try:
                 yield
             finally:
                 self._back(before)
+
+        @hookimpl(hookwrapper=True)
+        def pytest_fixture_setup(self, fixturedef, request):
+            # a fixture wider than a test is set up once, in the first unit that asks for it, and used by later
+            # ones from pytest's cache: what its set-up reads counts for every unit that uses it
+            before = None
+            if outermost[0] is self and fixturedef.scope != "function" and not recorder.inherited:
+                before = recorder.unit
+                recorder.enter(_fixture_id(fixturedef))
+            try:
+                yield
+            finally:
+                self._back(before)
+
+    def _fixture_id(fixturedef) -> str:
+        return f"fixture:{fixturedef.baseid}::{fixturedef.argname}"
 
     manager = module.PytestPluginManager
     original = manager.__init__

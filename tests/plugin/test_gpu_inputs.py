@@ -4,8 +4,10 @@ small project, its units' inputs, and the keys that follow from them.
 The project has two test files. ``test_lazy.py`` imports ``pkg.api`` at module level and, inside a test,
 ``pkg.heavy`` (a lazy import), opens a data file, starts a Python child that reads another, and copies a folder
 of the project and reads from the copy. ``test_plain.py`` runs after it in the same process and uses
-``pkg.heavy.TABLE`` through an import that is cached by then, without running any of its code. Every file
-either unit reads must be among its inputs; a file only the other unit reaches must not be.
+``pkg.heavy.TABLE`` through an import that is cached by then, without running any of its code. Both use a
+session fixture that ``test_lazy`` sets up (it imports ``pkg.fix`` and reads a data file); ``test_plain`` gets
+it from the cache. Every file either unit would read if it ran alone must be among its inputs; a file only the
+other unit reaches must not be.
 """
 
 from __future__ import annotations
@@ -27,7 +29,9 @@ RECORDER = SCRIPTS / "read_recorder"
 FILES = {
     "pyproject.toml": "[tool.pytest.ini_options]\naddopts = '-p no:cacheprovider'\n",
     "pkg/__init__.py": "",
-    "pkg/api.py": "from pkg import util\n\ndef answer():\n    return util.SIX * 7\n",
+    "pkg/api.py": ("from pkg import util\n\ndef answer():\n    return util.SIX * 7\n\n\n"
+                   "def rarely():\n    from pkg import rare\n    return rare.R\n"),
+    "pkg/rare.py": "R = 1\n",
     "pkg/util.py": "SIX = 6\n",
     "pkg/heavy.py": "TABLE = {'a': 1}\n\ndef work():\n    return sum(TABLE.values())\n",
     "pkg/unused.py": "X = 1\n",
@@ -35,13 +39,19 @@ FILES = {
     "data/one.txt": "1\n",
     "data/child.txt": "2\n",
     "tree/inside.txt": "3\n",
-    "tests/conftest.py": "",
+    "pkg/fix.py": "def build():\n    from pathlib import Path\n    return (Path(__file__).parents[1] / 'data' / 'fixture.txt').read_text()\n",
+    "data/fixture.txt": "f\n",
+    "tests/conftest.py": ("import pytest\n\n"
+                          "@pytest.fixture(scope='session')\n"
+                          "def shared():\n"
+                          "    from pkg import fix\n"
+                          "    return fix.build()\n"),
     "tests/test_lazy.py": (
         "import shutil, subprocess, sys\n"
         "from pathlib import Path\n"
         "from pkg import api\n"
         "ROOT = Path(__file__).resolve().parents[1]\n\n"
-        "def test_lazy(tmp_path):\n"
+        "def test_lazy(tmp_path, shared):\n"
         "    from pkg import heavy\n"
         "    assert heavy.work() == 1 and api.answer() == 42\n"
         "    assert (ROOT / 'data' / 'one.txt').read_text() == '1\\n'\n"
@@ -51,7 +61,8 @@ FILES = {
         "    assert (tmp_path / 'copy' / 'inside.txt').read_text() == '3\\n'\n"
     ),
     "tests/test_plain.py": (
-        "def test_plain():\n"
+        "def test_plain(shared):\n"
+        "    assert shared == 'f\\n'\n"
         "    from pkg.heavy import TABLE\n"
         "    assert TABLE == {'a': 1}\n"
     ),
@@ -138,11 +149,17 @@ def test_every_file_a_unit_imports_or_opens_is_among_its_inputs(tmp_path: Path, 
             "data/one.txt", "data/child.txt", "tree/inside.txt", "pyproject.toml"} <= lazy
     # test_plain used pkg.heavy's table through an import cached by test_lazy: no file was read, no code ran
     assert {"tests/test_plain.py", "pkg/heavy.py", "pkg/__init__.py"} <= plain
+    # and the session fixture test_lazy set up: what its set-up read counts for every unit that uses it
+    assert {"pkg/fix.py", "data/fixture.txt"} <= lazy & plain
     # nothing imported pkg.judge or pkg.unused: no unit is keyed on them
     assert not {"pkg/judge.py", "pkg/unused.py"} & (lazy | plain)
     if mode != "this interpreter" or sys.version_info >= (3, 12):
-        # traced: test_plain is not keyed on what only test_lazy read
+        # traced: test_plain is not keyed on what only test_lazy read, and no unit on what a function that never
+        # ran would import (pkg.api.rarely)
         assert not {"data/one.txt", "data/child.txt", "pkg/api.py"} & plain
+        assert "pkg/rare.py" not in lazy | plain
+    else:  # untraced, every function of a file that was read counts
+        assert "pkg/rare.py" in lazy
 
 
 def test_a_change_outside_the_inputs_keeps_the_key_and_one_inside_changes_it(tmp_path: Path, gpu_inputs) -> None:
