@@ -69,7 +69,7 @@ class Judge:
             self.mutable = string_list(self.project, "mutable_paths")
         except DitgateUsageError as exc:
             raise Refused(str(exc)) from None
-        declared = args.cls or self.lane.default_class
+        declared = self.lane.default_class if args.cls is None else args.cls
         from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
 
         if declared not in EXPERIMENT_CLASSES:

@@ -271,8 +271,24 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = LockSettings.from_rootdir(Path(config.rootpath))
     except DitgateUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
+    problems = missing_fixed_paths(config)
+    if problems:
+        raise pytest.UsageError(problems[0])
     enforced = settings.configured or bool(options.get_option(config, RELOCK))
     config.stash[_state_key] = LockState(settings, _deliberate(config), enforced)
+
+
+def missing_fixed_paths(config: pytest.Config) -> list[str]:
+    """A problem for each ``[tool.ditgate] fixed_paths`` entry that does not exist (a typo locks nothing), except
+    the golden store, which the first ``--ditgate-freeze`` creates."""
+    from pytest_ditgate.golden.golden_plugin import golden_dir, golden_mode
+    from pytest_ditgate.project_config import load_project_config, missing_paths, string_list
+
+    root = Path(config.rootpath)
+    store = golden_dir(config, golden_mode(config)).resolve()
+    entries = [entry for entry in string_list(load_project_config(root), "fixed_paths")
+               if not (root / entry).resolve().is_relative_to(store)]
+    return missing_paths(root, entries, "[tool.ditgate] fixed_paths")
 
 
 def _enforced(config: pytest.Config) -> LockState | None:
