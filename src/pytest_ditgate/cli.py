@@ -140,7 +140,14 @@ def _judge(args: argparse.Namespace) -> int:
 
     root = str(find_project_root())
     command = [sys.executable, "-B", "-P", "-c", JUDGE, root, *argv]
-    return subprocess.run(command, cwd=root, env=dict(os.environ)).returncode
+    judge = subprocess.Popen(command, cwd=root, env=dict(os.environ))
+    while True:
+        try:
+            return judge.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reaches the judge too (same process group): it stops its run and puts the tree back
+            # (a baseline is one transaction), which must not be cut short by killing it here
+            continue
 
 
 def _add_baseline(sub: argparse._SubParsersAction) -> None:

@@ -1,0 +1,48 @@
+"""What must hold before the judge writes anything: the preconditions of ``ditgate baseline`` and the clean
+tree ``ditgate experiment`` judges.
+
+A baseline that fails half-way is undone (``transaction.py``), but one that cannot succeed is refused before
+it starts: outside a git working tree, or where git does not know who commits, it would run the lane's tests
+for minutes and then fail at the commit. An experiment judges a commit: an uncommitted edit would be judged
+and recorded under a HEAD that lacks it, a best nobody can reproduce.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+
+def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[str, ...], artefacts: Path,
+                      history_file: Path, golden_store: Path) -> list[str]:
+    """Why ``ditgate baseline`` cannot run here (empty when it can); reads only."""
+    from pytest_ditgate import git
+    from pytest_ditgate.project_config import missing_folder_problem, missing_paths, string_list
+
+    problems = [p for p in (git.work_tree_problem(root),) if p]
+    if not problems:
+        problems += [p for p in (git.identity_problem(root),) if p]
+    if history_file.exists():
+        problems.append(f"the lane history {history_file} exists, but no baseline of the lane is recorded (neither "
+                        "the fixed-paths lock nor the lane's git ref names it): move it away before a new baseline")
+    fixed = [entry for entry in string_list(project, "fixed_paths")
+             if not (root / entry).resolve().is_relative_to(golden_store.resolve())]
+    problems += missing_paths(root, fixed, "[tool.ditgate] fixed_paths")
+    problems += missing_paths(root, list(lane_tests), "the lane's tests")
+    folder = missing_folder_problem(artefacts, root)
+    if folder:
+        problems.append(f"the artefact folder: {folder}")
+    return problems
+
+
+def uncommitted_changes(root: Path, artefacts: Path) -> list[str]:
+    """The paths an experiment would judge although HEAD lacks them: every staged, unstaged or untracked change,
+    except the artefact folder and ``__pycache__`` folders (the judge reads neither)."""
+    from pytest_ditgate import git
+
+    try:
+        skip = artefacts.resolve().relative_to(root.resolve()).as_posix() + "/"
+    except ValueError:
+        skip = None
+    return [path for path in git.uncommitted(root)
+            if not (skip and (path + "/").startswith(skip)) and "__pycache__" not in path.split("/")]
