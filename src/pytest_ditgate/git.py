@@ -93,6 +93,15 @@ def untracked(root: str | Path) -> set[str]:
     return {line for line in git(root, "ls-files", "-z", "--others", "--exclude-standard").split("\0") if line}
 
 
+def ignored(root: str | Path, paths: list[str]) -> list[str]:
+    """Files and folders (a folder ends in ``/``) that git ignores under ``paths`` (pathspecs relative to
+    ``root``), sorted; none when ``paths`` is empty."""
+    if not paths:
+        return []
+    out = git(root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory", "--", *paths)
+    return sorted(line for line in out.split("\0") if line)
+
+
 def work_tree_problem(root: str | Path) -> str | None:
     """Why ``root`` cannot hold a commit (None when it can): not inside a git working tree, or git is missing."""
     try:

@@ -119,12 +119,21 @@ def load_project_config(root: str | Path) -> dict[str, Any]:
 
 def missing_paths(root: str | Path, paths: list[str], setting: str) -> list[str]:
     """A problem for each entry of ``paths`` (a setting's files and folders, relative to ``root``) that does not
-    exist: a typo'd ``fixed_paths`` entry would lock nothing, a lane's test that is not there runs nothing.
-    Glob patterns and pyproject tables (``pyproject.toml#tool.x``) are not looked up; ``path::test`` node ids
-    are looked up by their file."""
+    exist: a typo'd ``fixed_paths`` entry would lock nothing, a lane's test that is not there runs nothing. A
+    glob pattern must match something (``**/`` patterns, which search the whole tree, are not looked up);
+    pyproject tables (``pyproject.toml#tool.x``) are not looked up; ``path::test`` node ids are looked up by
+    their file."""
     problems = []
     for entry in paths:
-        if "#" in entry or any(ch in entry for ch in "*?["):
+        if "#" in entry or entry.startswith("**/"):
+            continue
+        if any(ch in entry for ch in "*?["):
+            try:
+                found = next(iter(Path(root).glob(entry)), None)
+            except (ValueError, OSError):  # a pattern pathlib refuses ("/abs", "a/**b")
+                found = None
+            if found is None:
+                problems.append(f"{setting} names {entry!r}, a pattern that matches nothing under {root}")
             continue
         relative = entry.split("::", 1)[0]
         path = project_path(root, relative)

@@ -41,6 +41,8 @@ def _written(root: Path) -> list[str]:
      "*[[]tool.ditgate.lanes.fwd[]] min_improvement must be a number in [[]0, 0.5), got 2 (a fraction: write 0.02 for 2 %)"),
     ('fixed_paths = ["refrence/"]',
      "ERROR: [[]tool.ditgate[]] fixed_paths names 'refrence/', which does not exist under *; did you mean 'reference/'?"),
+    ('fixed_paths = ["reference/*.pyi"]',
+     "ERROR: [[]tool.ditgate[]] fixed_paths names 'reference/*.pyi', a pattern that matches nothing under *"),
     ('[tool.ditgate.lanes.fwd]\ntests = ["test_setings.py"]',
      "ERROR: [[]tool.ditgate.lanes.fwd[]] tests names 'test_setings.py', which does not exist under *; did you mean "
      "'test_settings.py'?"),

@@ -313,6 +313,19 @@ def test_a_device_this_machine_lacks_is_a_usage_error(pytester: pytest.Pytester)
                                  "machine*"], consecutive=False)
 
 
+def test_a_complex_golden_is_judged_on_both_parts(tmp_path: Path) -> None:
+    """A cast to float64 dropped the imaginary part: a candidate wrong only there passed."""
+    from pytest_ditgate.errors import GateFailure
+
+    value = torch.complex(torch.linspace(1, 2, 64), torch.linspace(3, 4, 64))
+    freeze = _session(tmp_path, "freeze")
+    freeze.check("c", {"z": value}, "cpu")
+    freeze.finish()
+    assert _session(tmp_path).check("c", {"z": value.clone()}, "cpu").status == "matched"
+    with pytest.raises(GateFailure, match="golden_mismatch"):
+        _session(tmp_path).check("c", {"z": torch.complex(value.real, -value.imag)}, "cpu")
+
+
 def test_a_result_prints_as_one_short_line(pytester: pytest.Pytester) -> None:
     """``print(golden.check(...))`` printed every tensor of the golden, in full."""
     pytester.makepyfile(test_gold=textwrap.dedent("""

@@ -73,6 +73,21 @@ def test_a_baseline_without_a_git_identity_writes_nothing(tmp_path: Path) -> Non
     assert tree_state(p) == before
 
 
+def test_a_baseline_with_a_mutable_path_that_does_not_exist_writes_nothing(tmp_path: Path) -> None:
+    """A typo'd mutable path would make every later edit out of scope (13): refused at the baseline."""
+    from judge_project import PYPROJECT
+
+    p = create(tmp_path / "project")
+    p.write("pyproject.toml", PYPROJECT.replace('mutable_paths = ["candidate/"]', 'mutable_paths = ["candiate/"]'))
+    p.commit("typo")
+    before = tree_state(p)
+    result = baseline(p)
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    assert ("ditgate: cannot record a baseline: [tool.ditgate] mutable_paths names 'candiate/', which does not exist "
+            "under") in result.stderr and "did you mean 'candidate/'?" in result.stderr
+    assert tree_state(p) == before
+
+
 @pytest.mark.slow
 def test_a_baseline_that_fails_after_freezing_leaves_the_tree_as_it_was(tmp_path: Path) -> None:
     """The commit fails after both runs, the goldens and the lock were written (a reference-transaction hook
@@ -146,6 +161,13 @@ def test_an_experiment_refuses_an_uncommitted_tree_and_records_nothing(judged: P
     assert (judged.root / ".ditgate" / "results.tsv").read_text() == ledger
     judged.sh("git", "add", "candidate/helper.py")  # staged is not committed either
     assert judged.experiment().returncode == 4
+    judged.sh("git", "reset", "-q", "--hard")  # clean again, but for a file a committed .gitignore hides
+    judged.write("candidate/.gitignore", "*.so\n")
+    judged.commit("ignore built libraries")
+    judged.write("candidate/fast.so", "a library HEAD lacks, which the candidate could load")
+    judged.write("candidate/__pycache__/work.cpython-311.pyc", "bytecode: never read by the judge")
+    hidden = judged.experiment()
+    assert hidden.returncode == 4 and "uncommitted changes (candidate/fast.so)" in hidden.stderr, hidden.stderr
 
 
 @pytest.mark.slow
@@ -153,8 +175,8 @@ def test_the_first_best_is_measured_as_every_candidate_is(tmp_path: Path) -> Non
     """A lane that does not re-measure its best (no ``ditgate_lane`` test) compares each candidate's ratio with
     the best's recorded one. The baseline used to record the ratio of its freezing run, which read worse than
     later runs of the same code, so the first empty commit after it could be KEPT. The baseline now measures its
-    best in a second run, the experiment's own; empty commits after it are 11 (``benchmarks/noise_keeps.py``
-    runs 20 of them)."""
+    best in a second run, the experiment's own; an empty commit after it is 11 (``benchmarks/noise_keeps.py``
+    judges 20 of them in three lanes: ``benchmarks/results/noise_keeps_cpu.json``)."""
     gate = GATE[:GATE.index("def test_versus_lane_best")]
     p = create(tmp_path / "project")
     p.write("tests/gates/test_gate.py", gate)
@@ -167,11 +189,10 @@ def test_the_first_best_is_measured_as_every_candidate_is(tmp_path: Path) -> Non
     best = json.loads((p.root / ".ditgate" / "lanes" / "fwd.jsonl").read_text().splitlines()[-1])["best"]
     assert best["objective"]["ratio"] == json.loads((p.root / ".ditgate" / "verdict.json").read_text())[
         "verdict"]["objective"]["ratio"]  # the second run's
-    for index in range(2):
-        p.commit(f"empty {index}")
-        empty = p.experiment()
-        assert empty.returncode == 11, empty.stdout[-3000:]
-        assert judged_runs(empty.stdout) == runs[1:]  # measured the same way as the best it is compared with
+    p.commit("empty")
+    empty = p.experiment()
+    assert empty.returncode == 11, empty.stdout[-3000:]
+    assert judged_runs(empty.stdout) == runs[1:]  # measured the same way as the best it is compared with
 
 
 def judged_runs(stdout: str) -> list[str]:

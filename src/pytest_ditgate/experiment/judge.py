@@ -239,7 +239,7 @@ class Judge:
                 self.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
             if self.problems:
                 return self.finish(lane_history, best, changed, None)
-            dirty = uncommitted_changes(self.root, self.artefacts)
+            dirty = uncommitted_changes(self.root, self.artefacts, self.mutable)
             if dirty:  # HEAD lacks them: a verdict recorded under HEAD would name code it never saw
                 shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
                 print(f"ditgate: refused: the working tree has uncommitted changes ({shown}); the judge judges the "

@@ -15,7 +15,8 @@ from typing import Any, Mapping
 
 def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[str, ...], artefacts: Path,
                       history_file: Path, golden_store: Path) -> list[str]:
-    """Why ``ditgate baseline`` cannot run here (empty when it can); reads only."""
+    """Why ``ditgate baseline`` cannot run here (empty when it can); reads only. A mutable path that does not
+    exist at the baseline is a typo: every later edit would be out of scope (13)."""
     from pytest_ditgate import git
     from pytest_ditgate.project_config import missing_folder_problem, missing_paths, string_list
 
@@ -28,6 +29,7 @@ def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[
     fixed = [entry for entry in string_list(project, "fixed_paths")
              if not (root / entry).resolve().is_relative_to(golden_store.resolve())]
     problems += missing_paths(root, fixed, "[tool.ditgate] fixed_paths")
+    problems += missing_paths(root, string_list(project, "mutable_paths"), "[tool.ditgate] mutable_paths")
     problems += missing_paths(root, list(lane_tests), "the lane's tests")
     folder = missing_folder_problem(artefacts, root)
     if folder:
@@ -35,14 +37,18 @@ def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[
     return problems
 
 
-def uncommitted_changes(root: Path, artefacts: Path) -> list[str]:
+def uncommitted_changes(root: Path, artefacts: Path, mutable: list[str]) -> list[str]:
     """The paths an experiment would judge although HEAD lacks them: every staged, unstaged or untracked change,
-    except the artefact folder and ``__pycache__`` folders (the judge reads neither)."""
+    and every file git ignores inside the mutable paths (a prebuilt library, a module a committed
+    ``.gitignore`` hides: the candidate's code could load them); the artefact folder, ``__pycache__`` folders
+    and bytecode aside (the judge reads neither, and compiles every module from source)."""
     from pytest_ditgate import git
 
     try:
         skip = artefacts.resolve().relative_to(root.resolve()).as_posix() + "/"
     except ValueError:
         skip = None
-    return [path for path in git.uncommitted(root)
-            if not (skip and (path + "/").startswith(skip)) and "__pycache__" not in path.split("/")]
+    paths = git.uncommitted(root) + git.ignored(root, list(mutable))
+    return sorted({path for path in paths
+                   if not (skip and (path.rstrip("/") + "/").startswith(skip))
+                   and "__pycache__" not in path.split("/") and not path.endswith((".pyc", ".pyo"))})

@@ -72,6 +72,17 @@ class Comparison:
         return [d.line() for d in self.diffs]
 
 
+def _as_real64(tensor: "torch.Tensor") -> "torch.Tensor":
+    """``tensor`` on the CPU in float64; a complex one as its (real, imaginary) pairs, both judged (a cast to
+    float64 would drop the imaginary part, and a wrong one would pass)."""
+    import torch
+
+    t = tensor.detach().to("cpu")
+    if t.is_complex():
+        return torch.view_as_real(t.to(torch.complex128))
+    return t.to(torch.float64)
+
+
 def _coarser(a: str, b: str) -> str:
     """The less precise of two dtype names that have default limits (``float32`` when neither has)."""
     return least_precise((a, b), among=DEFAULT_LIMITS) or "float32"
@@ -97,8 +108,7 @@ class TensorComparator:
                 f": a dtype change is judged only when the check says so (golden.check(..., allow_dtype_change=True) "
                 f"judges it at {_coarser(have, want)}'s limits), or refreeze the golden in {have}")
             return TensorDiff(name, False, note=f"dtype {have} != golden {want}{hint}")
-        cand = candidate.detach().to("cpu", torch.float64)
-        gold = golden.detach().to("cpu", torch.float64)
+        cand, gold = _as_real64(candidate), _as_real64(golden)
         if not torch.isfinite(cand).all():
             return TensorDiff(name, False, note="candidate has NaN or Inf")
         limits = {**DEFAULT_LIMITS, **dict(self.limits)}
