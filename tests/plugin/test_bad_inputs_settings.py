@@ -24,7 +24,7 @@ def _written(root: Path) -> list[str]:
     """What a run left in the project besides the files the test made."""
     return sorted(p.relative_to(root).as_posix() for p in root.rglob("*")
                   if p.name not in ("test_settings.py", "pyproject.toml") and "reference" not in p.parts
-                  and "__pycache__" not in p.parts)
+                  and "__pycache__" not in p.parts and ".benchmarks" not in p.parts)  # pytest-benchmark's own
 
 
 @pytest.mark.parametrize(("table", "message"), [
@@ -123,7 +123,9 @@ def test_stacked_requirements_no_device_meets_are_a_usage_error(pytester: pytest
                                                                 message: str) -> None:
     use_profile("h200")
     pytester.makepyfile(test_settings=f"import pytest\n\n{marks}\ndef test_k():\n    raise SystemExit('ran')\n")
-    _usage_error(pytester.runpytest("--ditgate", "-p", "no:cacheprovider"), message)
+    pytester.makepyprojecttoml('[tool.ditgate]\nfixed_paths = ["test_settings.py"]\n')
+    _usage_error(pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider"), message)
+    assert _written(pytester.path) == []  # a deliberate run stopped at collection: no artefacts, no new lock
 
 
 def test_stacked_requirements_a_device_meets_still_run(pytester: pytest.Pytester, use_profile) -> None:

@@ -262,3 +262,20 @@ def test_a_lane_over_a_kernel_without_gemm_or_module_is_judged(tmp_path: Path) -
     verdict = json.loads((p.root / ".ditgate" / "verdict.json").read_text())
     assert verdict["classification"]["effective"] == "exact"
     assert verdict["child"]["observed"]["ops"] > 0
+
+
+def test_the_judge_holds_ctrl_c_back_while_it_writes_a_history_record() -> None:
+    """A history record without its tip ref (or the reverse) makes the lane 12 for ever: Ctrl-C waits."""
+    from pytest_ditgate.experiment.judge import uninterrupted
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    written = []
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with uninterrupted():
+                os.kill(os.getpid(), signal.SIGINT)
+                time.sleep(0.05)
+                written.append("record and ref")  # reached: the signal waits for the block's end
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert written == ["record and ref"]

@@ -10,13 +10,14 @@ verdict, the ledger row and the history record, all from one :class:`~pytest_dit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 from pytest_ditgate.verdict.outcome import Category, EXIT_CODES
 
@@ -51,7 +52,11 @@ def main(argv: list[str]) -> int:
     except Refused as exc:
         print(f"ditgate: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    return judge.baseline() if args.mode == "baseline" else judge.experiment()
+    try:
+        return judge.baseline() if args.mode == "baseline" else judge.experiment()
+    except KeyboardInterrupt:  # a baseline puts the tree back itself; an experiment records nothing unfinished
+        print(f"ditgate: {args.mode} of lane {args.lane!r} interrupted", file=sys.stderr)
+        return 130
 
 
 class Judge:
@@ -409,15 +414,16 @@ class Judge:
             if judged_files is not None:  # after judging: a file forged for the comparison and left is caught
                 self.check_judged_files_kept(judged_files, facts.problems)
         verdict, detail, row = build(facts, speed=child is not None)
-        if lane_history is not None:
-            try:
-                record = history.seal(self.lane.name, history_body(verdict, detail), lane_history.tip)
-                history.append(self.root, lane_history.path, record)
-                self.mirror_best(record.get("best"), facts.arch)
-            except Exception as exc:  # the history is the truth: no record, no KEEP
-                facts.problems.append((Category.CRASH, f"could not append to the lane history: {exc}"))
-                verdict, detail, row = build(facts, speed=False)
-        return self.write(verdict, detail, row)
+        with uninterrupted():  # a history record without its tip ref (or the reverse) would be 12 for ever
+            if lane_history is not None:
+                try:
+                    record = history.seal(self.lane.name, history_body(verdict, detail), lane_history.tip)
+                    history.append(self.root, lane_history.path, record)
+                    self.mirror_best(record.get("best"), facts.arch)
+                except Exception as exc:  # the history is the truth: no record, no KEEP
+                    facts.problems.append((Category.CRASH, f"could not append to the lane history: {exc}"))
+                    verdict, detail, row = build(facts, speed=False)
+            return self.write(verdict, detail, row)
 
     def mirror_best(self, best: dict[str, Any] | None, arch: str | None) -> None:
         """Copy a new best to ``<artefacts>/best/`` for advisory ``--ditgate-lane`` runs (best effort; the
@@ -513,6 +519,22 @@ class Judge:
         self.mirror_best(best, facts.arch)
         print(f"ditgate: lane {self.lane.name!r}: baseline committed as {anchor[:12]}; history {path}")
         return self.write(verdict, detail, row), True
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block is done: the records it writes belong together. The signal
+    is delivered when the block ends."""
+    import signal
+
+    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
+        yield
+        return
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
 
 
 def _glob_match(path: str, pattern: str) -> bool:

@@ -18,6 +18,7 @@ def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[
     """Why ``ditgate baseline`` cannot run here (empty when it can); reads only. A mutable path that does not
     exist at the baseline is a typo: every later edit would be out of scope (13)."""
     from pytest_ditgate import git
+    from pytest_ditgate.golden.fixed_paths import LockSettings, unlocated_fixed_paths
     from pytest_ditgate.project_config import missing_folder_problem, missing_paths, string_list
 
     problems = [p for p in (git.work_tree_problem(root),) if p]
@@ -26,9 +27,7 @@ def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[
     if history_file.exists():
         problems.append(f"the lane history {history_file} exists, but no baseline of the lane is recorded (neither "
                         "the fixed-paths lock nor the lane's git ref names it): move it away before a new baseline")
-    fixed = [entry for entry in string_list(project, "fixed_paths")
-             if not (root / entry).resolve().is_relative_to(golden_store.resolve())]
-    problems += missing_paths(root, fixed, "[tool.ditgate] fixed_paths")
+    problems += unlocated_fixed_paths(LockSettings.from_rootdir(root), golden_store)
     problems += missing_paths(root, string_list(project, "mutable_paths"), "[tool.ditgate] mutable_paths")
     problems += missing_paths(root, list(lane_tests), "the lane's tests")
     folder = missing_folder_problem(artefacts, root)
