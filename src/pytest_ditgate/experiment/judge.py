@@ -523,18 +523,23 @@ class Judge:
 
 @contextlib.contextmanager
 def uninterrupted() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block is done: the records it writes belong together. The signal
-    is delivered when the block ends."""
+    """Hold Ctrl-C (SIGINT) back until the block is done: the records it writes belong together. A signal that
+    came meanwhile goes to the handler it was meant for when the block ends. (A handler, not a signal mask: in a
+    process with threads, such as one that imported torch, a masked signal is taken by another thread.)"""
     import signal
+    import threading
 
-    if not hasattr(signal, "pthread_sigmask"):  # pragma: no cover - not POSIX
-        yield
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals, and may set a handler
         return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    held: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
     try:
         yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+        signal.signal(signal.SIGINT, previous)
+    if held and callable(previous):
+        previous(signal.SIGINT, held[0])
 
 
 def _glob_match(path: str, pattern: str) -> bool:
