@@ -195,6 +195,21 @@ def test_the_first_best_is_measured_as_every_candidate_is(tmp_path: Path) -> Non
     assert judged_runs(empty.stdout) == runs[1:]  # measured the same way as the best it is compared with
 
 
+def test_a_recorded_best_is_beaten_interval_against_interval() -> None:
+    """Without a re-measure, a best that read high by chance (1.095 where the same code reads 1.02 to 1.07 on a
+    loaded host) kept a no-op reading 1.024 (CI high 1.04): its own interval counts now."""
+    from pytest_ditgate.verdict.objective import beats_best
+
+    best = {"objective": {"ratio": 1.0949, "ci_low": 1.0480, "ci_high": 1.1402}, "commit": "abc"}
+    no_op = {"ratio": 1.0242, "ci_low": 1.0101, "ci_high": 1.0400}
+    kept, why = beats_best(no_op, best, min_improvement=0.02)
+    assert not kept and "vs best 1.0949 (CI low 1.0480)" in why
+    faster = {"ratio": 0.95, "ci_low": 0.93, "ci_high": 0.97}
+    assert beats_best(faster, best, min_improvement=0.02)[0] is True
+    older = {"objective": {"ratio": 1.0949}, "commit": "abc"}  # a best recorded without its interval
+    assert beats_best(no_op, older, min_improvement=0.02)[0] is True
+
+
 def judged_runs(stdout: str) -> list[str]:
     """The child commands a judge printed, its run folders left out."""
     import re
