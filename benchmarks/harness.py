@@ -116,3 +116,26 @@ def environment() -> dict[str, Any]:
     real_device, environment_record = internal("real_device"), internal("environment_record")
 
     return environment_record(real_device())
+
+
+def end_to_end_ms(fn: Callable[[], Any], total_ms: float = 20.0) -> float:
+    """The end-to-end truth of a call: milliseconds per call of many back-to-back calls, host clock, one device
+    synchronisation at the end (what nvbench's "cold" loop and triton's do_bench measure: what a caller waits
+    for, host work and launch gaps included); the count sized for about ``total_ms``."""
+    import time
+
+    import torch
+
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    once = (time.perf_counter() - start) * 1e3
+    count = max(10, min(20_000, int(total_ms / max(once, 1e-4))))
+    start = time.perf_counter()
+    for _ in range(count):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) * 1e3 / count

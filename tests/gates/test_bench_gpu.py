@@ -1,8 +1,9 @@
 """GPU tests for each timing mechanism (skipped without a CUDA GPU; run with ``--ditgate``).
 
 They assert behaviour, not speed: which mechanism measured, the regime, cold L2, that the mechanisms
-agree with each other on a kernel long enough for launch overhead not to matter, and that a 2x slower
-candidate is caught by ``measure_pair``.
+agree with each other on a kernel long enough for launch overhead not to matter, that a 2x slower
+candidate is caught by ``measure_pair``, and that a candidate whose kernels alone look faster but which waits
+for the host inside the call is judged on its latency.
 """
 
 from __future__ import annotations
@@ -26,8 +27,8 @@ def _add(x, y):
     return torch.add(x, y)
 
 
-@pytest.mark.parametrize("mechanism,regime", [("cupti", "spaced"), ("graph", "sustained"), ("events", "spaced"),
-                                              ("wall", "spaced")])
+@pytest.mark.parametrize("mechanism,regime", [("latency", "sustained"), ("cupti", "spaced"), ("graph", "sustained"),
+                                              ("events", "spaced"), ("wall", "spaced")])
 def test_each_mechanism_measures_and_says_so(tensors, mechanism: str, regime: str) -> None:
     from pytest_ditgate import measure
 
@@ -40,22 +41,75 @@ def test_each_mechanism_measures_and_says_so(tensors, mechanism: str, regime: st
         assert m.calls_per_sample > 1
 
 
-def test_auto_prefers_cupti_and_notes_the_others(tensors) -> None:
+def test_auto_takes_the_latency_and_reports_busy_time_beside_it(tensors) -> None:
     from pytest_ditgate import measure
 
     m = measure(_add, *tensors)
-    assert m.mechanism == "cupti"
-    assert set(m.mechanism_notes) == {"cupti", "graph", "events", "wall"}
-    assert all(m.mechanism_notes[k].startswith("not used: cupti worked") for k in ("graph", "events", "wall"))
+    assert m.mechanism == "latency" and m.regime == "sustained"
+    assert set(m.mechanism_notes) == {"latency", "events", "wall"}  # auto never takes a busy-time mechanism
+    assert all(m.mechanism_notes[k].startswith("not used: latency worked") for k in ("events", "wall"))
+    assert m.calls_per_sample >= 1 and m.extra["calls_per_batch"] == m.calls_per_sample
+    # a device-bound add: the device is busy nearly all of its latency, and it never waits for the host
+    assert 0 < m.extra["busy_median_ms"] <= 1.05 * m.median_ms and m.extra["idle_fraction"] < 0.25
+    assert m.extra["host_syncs"] == 0
 
 
 def test_mechanisms_agree_on_a_long_kernel(tensors) -> None:
-    """A ~20 us memory-bound add: cupti and graph agree within 10 %; events and wall read slower, never faster."""
+    """A ~20 us memory-bound add: latency, cupti and graph agree within 10 %; events and wall read slower,
+    never faster."""
     from pytest_ditgate import measure
 
-    got = {mech: measure(_add, *tensors, mechanism=mech).median_ms for mech in ("cupti", "graph", "events", "wall")}
+    got = {mech: measure(_add, *tensors, mechanism=mech).median_ms
+           for mech in ("latency", "cupti", "graph", "events", "wall")}
     assert abs(got["graph"] / got["cupti"] - 1) < 0.10, got
+    assert abs(got["latency"] / got["cupti"] - 1) < 0.10, got
     assert got["events"] >= 0.95 * got["cupti"] and got["wall"] >= 0.95 * got["cupti"], got
+
+
+def _waits_for_the_host(x, y):
+    """One add, then a value read on the host (``.item()``: a copy and a synchronisation), then host work the
+    device waits through: fewer kernels than two adds, and a longer wait."""
+    import time
+
+    import torch
+
+    z = torch.add(x, y)
+    float(z[:1].float().item())
+    until = time.perf_counter() + 200e-6
+    while time.perf_counter() < until:
+        pass
+    return z
+
+
+def _two_adds(x, y):
+    import torch
+
+    return torch.add(torch.add(x, y), y)
+
+
+def test_a_pair_that_waits_for_the_host_is_judged_on_latency(ditbench, tensors) -> None:
+    """The candidate's kernels take about half the reference's, so busy time alone claims it faster by far more
+    than 15 %; end to end it waits for the host and is slower. The verdict follows the latency and says why."""
+    from pytest_ditgate.errors import GateFailure
+
+    with pytest.raises(GateFailure) as failed:
+        ditbench.pair(_waits_for_the_host, _two_adds, *tensors, min_speedup=0.05)
+    c = failed.value.report
+    assert failed.value.reason == "too_slow" and c.a.mechanism == "latency"
+    assert c.busy_ratio is not None and c.busy_ratio < 0.85, c.busy_ratio
+    assert c.a.extra["host_syncs"] >= 1 and c.a.extra["idle_fraction"] > 0.3
+    message = str(failed.value)
+    assert "by busy time alone (kernel time only)" in message and "which would pass" in message
+    assert "candidate: " in message and "% idle, host syncs: " in message
+
+
+def test_graph_cannot_capture_a_call_that_synchronises_and_measures_its_latency(tensors) -> None:
+    from pytest_ditgate import measure
+
+    m = measure(_waits_for_the_host, *tensors, mechanism="graph")
+    assert m.mechanism == "latency"
+    assert "synchronises with the host" in m.mechanism_notes["graph"]
+    assert "measured by latency instead" in m.mechanism_notes["graph"]
 
 
 def test_cold_l2_is_slower_or_equal_and_recorded(tensors) -> None:
@@ -83,7 +137,7 @@ def test_graph_cold_without_tensor_args_falls_back_with_a_note(tensors) -> None:
     with pytest.raises(DitgateUsageError, match="graph: failed: cold L2 in a graph needs rotated inputs: .* has none"):
         measure(lambda: x + y, mechanism="graph", l2="cold")
     m = measure(lambda: x + y, mechanism="auto", l2="cold")
-    assert m.mechanism == "cupti"
+    assert m.mechanism == "latency" and m.calls_per_sample == 1
     m = measure(lambda: x + y, mechanism="events", l2="cold")
     assert m.mechanism == "events"
 
@@ -116,14 +170,14 @@ def test_sustained_cupti_regime(tensors) -> None:
     assert m.regime == "sustained" and m.mechanism == "cupti"
 
 
-def test_host_only_function_falls_back_to_wall() -> None:
+def test_a_host_only_function_is_its_latency_with_an_idle_device() -> None:
     import torch  # noqa: F401  (CUDA in use, but the call launches nothing)
 
     from pytest_ditgate import measure
 
     m = measure(lambda: sum(range(100)))
-    assert m.mechanism == "wall"
-    assert "no device activity" in m.mechanism_notes["cupti"]
+    assert m.mechanism == "latency"  # what the caller waits for: the host's work, the device idle through it
+    assert m.extra["busy_median_ms"] == 0 and m.extra["idle_fraction"] == 1.0
 
 
 def test_pair_catches_a_2x_slower_candidate(tensors) -> None:
@@ -152,7 +206,7 @@ def test_nvml_clocks_recorded_when_available(tensors) -> None:
 
 def test_ditbench_fixture_on_gpu(ditbench, tensors) -> None:
     m = ditbench(_add, *tensors, label="add-8M", backend="torch")
-    assert m.mechanism == "cupti"
+    assert m.mechanism == "latency"
     ditbench.pair(_add, lambda x, y: (torch_add_twice(x, y)), *tensors, min_speedup=0.2)
 
 

@@ -86,13 +86,13 @@ def test_graph_samples_take_the_captures_in_turn_and_lose_their_floor_gap_per_ac
     second = _FakeCapture(*(0.03,) * 3, 0.0302, spans=[(0, 1000), (1700, 5000)] + spans[2:])
     plain = _FakeCapture(*(0.01,) * 3, 0.0100, 0.0101, 0.0102)
     memset_set, plain_set = graphs.GraphSet([first, second]), graphs.GraphSet([plain])
-    assert "tracing floor 0.200 us, up to 1.600 us per call" in runner._floor_gaps([first, second])
+    assert "tracing floor 0.200 us, up to 1.600 us per call" in graphs._floor_note([first, second])
     raw = graphs.time_graphs([memset_set, plain_set], [0, 1, 1, 0, 0, 1])
     assert raw == [[0.03, 0.0302, 0.03], [0.01, 0.0101, 0.0102]]  # the memset call's captures in turn
     samples = graphs.without_floor_gaps([memset_set, plain_set], raw)
     assert samples[0] == pytest.approx([0.0284, 0.0292, 0.0284])
     assert samples[1] == raw[1]  # floor not measured: nothing to take off
-    record = runner._gap_record(raw[0], memset_set)
+    record = graphs._gap_record(raw[0], memset_set)
     assert record == {"graph_idle": "subtracted", "raw_median_ms": 0.03, "activities_per_call": 2.0,
                       "floor_gap_us": pytest.approx([0.8, 0.5]), "subtracted_per_call_us": pytest.approx([1.6, 1.0])}
 
@@ -104,11 +104,11 @@ def test_graph_idle_is_kept_with_a_reason_when_the_profiler_fails(monkeypatch) -
         raise TimingError("profiler unavailable: RuntimeError: already profiling")
 
     monkeypatch.setattr(graphs, "tracing_floor_ms", busy)
-    assert "not subtracted (profiler unavailable" in runner._floor_gaps([capture])
+    assert "not subtracted (profiler unavailable" in graphs._floor_note([capture])
     sets = [graphs.GraphSet([capture])]
     raw = graphs.time_graphs(sets, [0, 0])
     assert graphs.without_floor_gaps(sets, raw) == raw == [[0.001, 0.003]]
-    assert runner._gap_record(raw[0], sets[0]) == {"graph_idle": "kept", "raw_median_ms": 0.002}
+    assert graphs._gap_record(raw[0], sets[0]) == {"graph_idle": "kept", "raw_median_ms": 0.002}
 
 
 def test_too_few_traced_activities_for_the_calls_is_a_timing_error(monkeypatch) -> None:

@@ -10,11 +10,34 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_ditgate.bench.measurement import Measurement
+from pytest_ditgate.bench.mechanisms import BY_NAME, LATENCY, counts
 from pytest_ditgate.bench.stats import METHODS, ratio_interval
 from pytest_ditgate.errors import DitgateUsageError
 
 #: provenance fields that must be equal on both sides of a comparison
 MUST_MATCH = ("arch", "driver", "torch", "mechanism", "regime", "l2_mode")
+#: a side whose device sat idle more than this fraction of its latency is named in the verdict line
+IDLE_NOTE = 0.05
+
+
+def notable(extra: dict[str, Any]) -> bool:
+    """The device sat idle more than IDLE_NOTE of the latency, or the call synchronised with the host."""
+    idle, syncs = extra.get("idle_fraction"), extra.get("host_syncs")
+    return (isinstance(idle, (int, float)) and idle > IDLE_NOTE) or (isinstance(syncs, int) and syncs > 0)
+
+
+def idle_line(extra: dict[str, Any]) -> str:
+    """``23 % idle, host syncs: 2`` from a measurement's extra (what of it is known)."""
+    idle, syncs = extra.get("idle_fraction"), extra.get("host_syncs")
+    parts = [f"{idle:.0%} idle"] if isinstance(idle, (int, float)) else []
+    parts += [f"host syncs: {syncs}"] if isinstance(syncs, int) else []
+    return ", ".join(parts)
+
+
+def timer_label(mechanism: str) -> str:
+    """A mechanism's name as a verdict line shows it: ``cupti: kernel time only`` for a busy-time mechanism."""
+    found = BY_NAME.get(mechanism)
+    return mechanism if found is None or found.counts == LATENCY else f"{mechanism}: kernel time only"
 
 
 @dataclass(frozen=True)
@@ -45,7 +68,36 @@ class Comparison:
     def describe(self) -> str:
         pct = int(round(self.confidence * 100))
         return (f"{self.a.name} / {self.b.name} = {self.ratio:.4f} "
-                f"({pct}% CI {self.ci_low:.4f}..{self.ci_high:.4f}, {self.method}, {self.a.mechanism})")
+                f"({pct}% CI {self.ci_low:.4f}..{self.ci_high:.4f}, {self.method}, {timer_label(self.a.mechanism)})"
+                + self.idle_text())
+
+    def idle_text(self) -> str:
+        """``; candidate: 23 % idle, host syncs: 2`` for each side whose device sat idle more than a few percent
+        of its latency, or that synchronised with the host (empty otherwise)."""
+        parts = [f"{m.name}: {idle_line(m.extra)}" for m in (self.a, self.b) if notable(m.extra)]
+        return ("; " + "; ".join(parts)) if parts else ""
+
+    @property
+    def busy_ratio(self) -> float | None:
+        """The ratio of the two sides' device busy times (the diagnosis beside a latency), or None."""
+        a, b = self.a.extra.get("busy_median_ms"), self.b.extra.get("busy_median_ms")
+        if isinstance(a, (int, float)) and isinstance(b, (int, float)) and a > 0 and b > 0:
+            return a / b
+        return None
+
+    def disagreement(self, min_speedup: float | None) -> str:
+        """Where the device's busy time alone would give another verdict than the latency gives, one sentence
+        saying so: the verdict follows the latency, what the caller waits for."""
+        busy = self.busy_ratio
+        if busy is None or min_speedup is None or counts(self.a.mechanism) != LATENCY:
+            return ""
+        by_latency = self.faster_by_at_least(min_speedup)
+        by_busy = busy <= 1.0 - min_speedup
+        if by_latency == by_busy:
+            return ""
+        return (f"by busy time alone (kernel time only) the ratio is {busy:.4f}, which would "
+                f"{'pass' if by_busy else 'fail'}; the verdict follows the latency ({self.ratio:.4f}), what the "
+                f"caller waits for{self.idle_text()}")
 
     def to_dict(self, *, samples: bool = True) -> dict[str, Any]:
         def side(m: Measurement) -> dict[str, Any]:

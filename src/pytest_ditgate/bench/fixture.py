@@ -168,9 +168,11 @@ class DitBench:
         self.comparisons.append(c)
         passed = None if min_speedup is None else c.faster_by_at_least(min_speedup)
         problem = None
+        disagreement = c.disagreement(min_speedup)
         if passed is False:
             problem = (f"candidate is not faster than the reference by at least {min_speedup:.1%}: "
-                       f"{c.describe()}; needs the CI's upper bound <= {1 - min_speedup:.4f}")
+                       f"{c.describe()}; needs the CI's upper bound <= {1 - min_speedup:.4f}"
+                       + (f"; {disagreement}" if disagreement else ""))
         elif beat_best:
             best = self.best(c.a)
             if best is not None and not c.ci_high < float(best["ratio"]):

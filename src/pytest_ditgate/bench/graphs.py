@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from pytest_ditgate.bench.timers import Call, HostOnlyError, TimingError, device_spans, profiled
+from pytest_ditgate.bench.timers import Call, HostOnlyError, Sampled, Sampling, TimingError, device_spans, profiled
 
 #: a graph replay is sized to last about this long, so the fixed cost of a replay stays below 0.5 %
 GRAPH_REPLAY_MS = 5.0
@@ -29,6 +29,17 @@ GRAPH_CAPTURES = 3
 #: empty-kernel nodes of the graph that measures the floor gap tracing itself adds
 TRACING_NODES = 200
 _tracing_floor_ms: dict[int, float] = {}
+
+
+class CaptureRefused(TimingError):
+    """The call cannot be captured in a CUDA graph because it waits for the host (a synchronisation, a copy to
+    the host, ``.item()``): its latency is measured by events instead."""
+
+
+def _synchronises(error: BaseException) -> bool:
+    text = f"{type(error).__name__}: {error}".lower()
+    return any(word in text for word in ("capturing", "capture", "synchroniz", "synchronis", "not permitted",
+                                         "pinned"))
 
 
 class CapturedGraph:
@@ -58,6 +69,9 @@ class CapturedGraph:
                 for i in range(count):
                     variants[i % len(variants)]()
         except Exception as exc:
+            if _synchronises(exc):
+                raise CaptureRefused(f"the call synchronises with the host, which a CUDA graph cannot capture "
+                                     f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from exc
             raise TimingError(f"CUDA graph capture failed: {type(exc).__name__}: {exc}") from exc
         self.graph.replay()
         torch.cuda.synchronize()
@@ -172,3 +186,84 @@ def without_floor_gaps(sets: Sequence[GraphSet], raw: Sequence[Sequence[float]])
     """Raw samples less their capture's floor gap per device activity (nothing where it was not measured)."""
     return [[value - graph_set.capture_for(k).floor_ms * graph_set.capture_for(k).activities_per_call
              for k, value in enumerate(samples)] for graph_set, samples in zip(sets, raw)]
+
+
+# -- the mechanism: capture, size, time and (by default) take off the idle between nodes -----------------------
+
+#: replays per sample: the runner's rounds, within these bounds
+GRAPH_MIN_REPS, GRAPH_MAX_REPS = 10, 200
+
+
+def time_graph_mechanism(calls: Sequence[Call], sampling: Sampling) -> Sampled:
+    """The ``graph`` mechanism's sampler (the record in :mod:`pytest_ditgate.bench.mechanisms`)."""
+    from pytest_ditgate.bench import l2 as l2mod
+
+    cold = sampling.options.l2 == "cold"
+    variant_sets = [_rotations(c, sampling.device.l2_bytes) if cold else [c] for c in calls]
+    sets = capture_graphs(variant_sets)
+    replay_ms = sum(2 * s.count * s.captures[0].time_replay() for s in sets)  # a lead and a timed replay
+    rounds = sampling.rounds(replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
+    raw = time_graphs(sets, sampling.schedule(rounds))
+    idle_note = "idle between graph nodes kept (graph_idle='keep')"
+    if sampling.options.graph_idle == "subtract":
+        idle_note = _floor_note([c for s in sets for c in s.captures])
+    samples = without_floor_gaps(sets, raw)
+    counts = [s.count for s in sets]
+    note = f"; {counts[0]} calls per replay, {len(sets[0].captures)} captures in turn"
+    extra: dict[str, Any] = {"calls_per_replay": counts[0], "captures": len(sets[0].captures)}
+    if cold:
+        note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
+                 f"{l2mod.L2_FACTOR}x L2")
+        extra["rotated_copies"] = len(variant_sets[0])
+    extras = [dict(extra, **_gap_record(r, s)) for r, s in zip(raw, sets)]
+    return Sampled(samples, counts, extras, note + "; " + idle_note)
+
+
+def _rotations(call: Call, l2_bytes: int | None) -> list[Call]:
+    import torch
+
+    from pytest_ditgate.bench import l2 as l2mod
+
+    payload = (call.args, call.kwargs)
+    arg_bytes = l2mod.tensor_bytes(payload)
+    try:
+        free, _ = torch.cuda.mem_get_info()
+    except Exception:
+        free = None
+    try:
+        copies = l2mod.rotation_count(arg_bytes, l2_bytes, free)
+    except ValueError as exc:
+        raise TimingError(f"cold L2 in a graph needs rotated inputs: {exc}") from None
+    variants = [call]
+    for _ in range(copies - 1):
+        args, kwargs = l2mod.clone_tensors(payload)
+        variants.append(Call(call.fn, args, kwargs))
+    return variants
+
+
+#: what ``graph_idle="subtract"`` does, for the note
+IDLE_DESCRIPTION = ("floor gap between graph nodes of a traced queued replay, beyond the floor tracing itself "
+                    "adds (calibrated on empty kernels), subtracted per device activity of a call")
+
+
+def _floor_note(captures: Sequence[Any]) -> str:
+    """Measure each capture's floor gap (to be subtracted); the note says what was done or why not."""
+    try:
+        baseline = measure_floor_gaps(captures)
+    except TimingError as exc:
+        return f"idle between graph nodes not subtracted ({exc})"
+    most = max(c.floor_ms * c.activities_per_call for c in captures)
+    return IDLE_DESCRIPTION + f": tracing floor {baseline * 1e3:.3f} us, up to {most * 1e3:.3f} us per call"
+
+
+def _gap_record(raw: list[float], graph_set: Any) -> dict[str, Any]:
+    """What was subtracted from one call's graph samples (per capture), and the raw median (for ``extra``)."""
+    import statistics
+
+    captures = graph_set.captures
+    if not any(c.activities_per_call for c in captures):
+        return {"graph_idle": "kept", "raw_median_ms": statistics.median(raw)}
+    return {"graph_idle": "subtracted", "raw_median_ms": statistics.median(raw),
+            "activities_per_call": captures[0].activities_per_call,
+            "floor_gap_us": [c.floor_ms * 1e3 for c in captures],
+            "subtracted_per_call_us": [c.floor_ms * c.activities_per_call * 1e3 for c in captures]}

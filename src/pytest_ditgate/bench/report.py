@@ -19,9 +19,12 @@ def measurement_row(test: str, m: Measurement) -> dict[str, Any]:
 
 
 def comparison_row(test: str, c: Comparison, min_speedup: float | None, passed: bool | None) -> dict[str, Any]:
+    from pytest_ditgate.bench.comparison import timer_label
+
     return {"kind": "comparison", "test": test, "name": f"{c.a.name} / {c.b.name}", "ratio": c.ratio,
             "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "method": c.method,
-            "mechanism": c.a.mechanism, "arch": c.a.arch, "min_speedup": min_speedup, "passed": passed}
+            "mechanism": timer_label(c.a.mechanism), "arch": c.a.arch, "min_speedup": min_speedup, "passed": passed,
+            "idle": c.idle_text().lstrip("; "), "disagreement": c.disagreement(min_speedup)}
 
 
 def _ms(value: float) -> str:
@@ -55,7 +58,9 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
                     else f", needs <= {1 - r['min_speedup']:.4f}")
             lines.append(f"{r['test'].rsplit('::', 1)[-1]}: {r['name']} ratio {r['ratio']:.4f}, {pct}% CI "
                          f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}] ({r['method']}, {r['mechanism']}, {r['arch']})"
-                         f"{need}{verdict}")
+                         f"{need}{verdict}" + (f"; {r['idle']}" if r.get("idle") else ""))
+            if r.get("disagreement"):
+                lines.append(f"  {r['disagreement']}")
     profiles = profile_lines(rows)
     if profiles:
         if lines:

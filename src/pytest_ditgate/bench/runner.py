@@ -1,9 +1,12 @@
 """``measure`` and ``measure_pair``: plan a measurement, pick the mechanism, collect samples and provenance.
 
-``mechanism="auto"`` tries cupti, graph, events, wall in that order (most faithful first) and keeps the
-first that works; every other mechanism gets a note saying why it was not used.
-``measure_pair`` times two functions interleaved (A B, B A, A B, ...) with one mechanism so that clock
-and thermal drift hit both alike, then compares them round by round.
+``mechanism="auto"`` tries the latency mechanisms (:data:`pytest_ditgate.bench.mechanisms.AUTO_ORDER`: latency,
+events, wall) and keeps the first that works: the time a caller waits for decides. ``cupti`` (kernel time
+only) and ``graph`` (replayed in a CUDA graph) are explicit choices. Beside a latency on a GPU, one traced run
+of each call gives its busy time, the fraction of its latency the device sat idle, and the host
+synchronisations it made (``Measurement.extra``). ``measure_pair`` times two functions interleaved (A B, B A,
+A B, ...) with one mechanism so that clock and thermal drift hit both alike, then compares them round by
+round.
 """
 
 from __future__ import annotations
@@ -16,42 +19,22 @@ from typing import Any, Callable, Sequence
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, raised_by, require_callable, require_int,
                                       require_number)
-from pytest_ditgate.bench import graphs
 from pytest_ditgate.bench import l2 as l2mod
 from pytest_ditgate.bench import timers
-from pytest_ditgate.bench.comparison import Comparison, compare
+from pytest_ditgate.bench.comparison import Comparison, compare, idle_line, notable
 from pytest_ditgate.bench.measurement import REGIMES, Measurement, as_tuples
-from pytest_ditgate.bench.mechanisms import MECHANISMS
+from pytest_ditgate.bench.mechanisms import AUTO_ORDER, BY_NAME, LATENCY, MECHANISMS
 from pytest_ditgate.bench.stats import METHODS
-from pytest_ditgate.bench.timers import Call, CallRaised, HostOnlyError, TimingError
+from pytest_ditgate.bench.timers import Call, CallRaised, HostOnlyError, Sampling, TimingError
 from pytest_ditgate.dtypes import torch_name
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.timer_integrity import tampered_timers
 
-AUTO_ORDER = MECHANISMS  # ("cupti", "graph", "events", "wall"): most faithful first
 DEFAULT_BUDGET_MS = 100.0
 WARMUP_MS = 25.0
 MIN_WARMUP, MAX_WARMUP = 3, 1000
-MIN_REPS, MAX_REPS = 10, 1000
-GRAPH_MIN_REPS, GRAPH_MAX_REPS = 10, 200
 #: graph_idle: "subtract" the device's idle gaps between graph nodes (kernel time) or "keep" them
 GRAPH_IDLE_MODES = ("subtract", "keep")
-
-DESCRIPTIONS = {
-    "cupti": "kernel activity from the CUDA profiler: time the device was busy with each call (union of its "
-             "kernel, memcpy and memset intervals), no host launch overhead",
-    "graph": "calls captured in one CUDA graph, each replay queued behind an untimed lead replay (the device "
-             "never waits for the host), timed with CUDA events and divided by the count: back-to-back "
-             "kernels, no launch overhead",
-    "graph_idle": "floor gap between graph nodes of a traced queued replay, beyond the floor tracing itself "
-                  "adds (calibrated on empty kernels), subtracted per device activity of a call",
-    "events": "CUDA events around each call on the current stream: includes launch latency, so kernels of a "
-              "few microseconds read several times too slow",
-    "wall": "host clock around each call with a device synchronisation: includes launch and sync latency",
-}
-#: a cupti span this much longer than the busy time is reported as launch-bound
-IDLE_WARNING = 0.10
-DEFAULT_REGIME = {"cupti": "spaced", "graph": "sustained", "events": "spaced", "wall": "spaced"}
 
 
 def refuse_tampered_timers() -> None:
@@ -90,7 +73,7 @@ class Options:
             require_number(self.budget_ms, "budget_ms", "measure", minimum=0, exclusive=True)
 
     def regime_for(self, mechanism: str) -> str:
-        natural = DEFAULT_REGIME[mechanism]
+        natural = BY_NAME[mechanism].regime
         if self.regime is None or self.regime == natural:
             return natural
         if mechanism == "cupti":
@@ -144,26 +127,6 @@ def _schedule(n_calls: int, rounds: int) -> list[int]:
     return order
 
 
-def _rotations(call: Call, l2_bytes: int | None) -> list[Call]:
-    import torch
-
-    payload = (call.args, call.kwargs)
-    arg_bytes = l2mod.tensor_bytes(payload)
-    try:
-        free, _ = torch.cuda.mem_get_info()
-    except Exception:
-        free = None
-    try:
-        copies = l2mod.rotation_count(arg_bytes, l2_bytes, free)
-    except ValueError as exc:
-        raise TimingError(f"cold L2 in a graph needs rotated inputs: {exc}") from None
-    variants = [call]
-    for _ in range(copies - 1):
-        args, kwargs = l2mod.clone_tensors(payload)
-        variants.append(Call(call.fn, args, kwargs))
-    return variants
-
-
 @dataclass
 class _Run:
     mechanism: str
@@ -176,72 +139,49 @@ class _Run:
 
 def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, estimates: Sequence[float],
                    device: Any) -> _Run:
+    record = BY_NAME[mechanism]
     regime = options.regime_for(mechanism)
-    cold = options.l2 == "cold"
     flush = None
-    if cold and mechanism != "graph":
+    if options.l2 == "cold" and mechanism != "graph":  # the graph rotates input copies instead
         if not device.is_cuda:
             raise TimingError("cold L2 needs a CUDA device")
         flush = l2mod.L2Flusher(device.l2_bytes, "cuda")
-    per_call = max(estimates)
-    if mechanism == "graph":
-        variant_sets = [_rotations(c, device.l2_bytes) if cold else [c] for c in calls]
-        sets = graphs.capture_graphs(variant_sets)
-        replay_ms = sum(2 * s.count * s.captures[0].time_replay() for s in sets)  # a lead and a timed replay
-        rounds = _rep_count(options, replay_ms, GRAPH_MIN_REPS, GRAPH_MAX_REPS)
-        raw = graphs.time_graphs(sets, _schedule(len(calls), rounds))
-        idle_note = "idle between graph nodes kept (graph_idle='keep')"
-        if options.graph_idle == "subtract":
-            idle_note = _floor_gaps([c for s in sets for c in s.captures])
-        samples = graphs.without_floor_gaps(sets, raw)
-        counts = [s.count for s in sets]
-        note = DESCRIPTIONS["graph"] + f"; {counts[0]} calls per replay, {len(sets[0].captures)} captures in turn"
-        extra: dict[str, Any] = {"calls_per_replay": counts[0], "captures": len(sets[0].captures)}
-        if cold:
-            note += (f"; cold L2 by rotating {len(variant_sets[0])} input copies whose working set exceeds "
-                     f"{l2mod.L2_FACTOR}x L2")
-            extra["rotated_copies"] = len(variant_sets[0])
-        extras = [dict(extra, **_gap_record(r, s)) for r, s in zip(raw, sets)]
-        return _Run(mechanism, regime, samples, counts, note + "; " + idle_note, extras)
-    rounds = _rep_count(options, per_call * len(calls), MIN_REPS, MAX_REPS)
-    order = _schedule(len(calls), rounds)
-    extras: list[dict[str, Any]] = [{} for _ in calls]
-    if mechanism == "cupti":
-        samples = timers.time_cupti(calls, order, flush=flush, regime=regime)
-        for extra, busy, spans in zip(extras, samples, samples.spans):
-            span = statistics.median(spans)
-            extra.update(span_median_ms=span, idle_fraction=max(0.0, 1.0 - statistics.median(busy) / span))
-    elif mechanism == "events":
-        samples = timers.time_events(calls, order, flush=flush)
-    else:
-        samples = timers.time_wall(calls, order, flush=flush)
-    note = DESCRIPTIONS[mechanism] + ("; L2 flushed before each call" if cold else "")
-    idle = max((e.get("idle_fraction", 0.0) for e in extras), default=0.0)
-    if idle > IDLE_WARNING:
-        note += (f"; launch-bound: the device sat idle {idle:.0%} of the call's span waiting for the host "
-                 "(span in extra.span_median_ms)")
-    return _Run(mechanism, regime, list(samples), [1] * len(calls), note, extras)
+    sampling = Sampling(estimates, flush, regime, device, options,
+                        lambda per_sample, low, high: _rep_count(options, per_sample, low, high),
+                        lambda rounds: _schedule(len(calls), rounds))
+    found = record.load()(calls, sampling)
+    note = f"{record.label}: {record.description}" + found.note + ("; L2 flushed before each call"
+                                                                  if flush is not None else "")
+    run = _Run(mechanism, regime, found.samples, found.calls_per_sample, note, found.extras)
+    if record.device and record.counts == LATENCY:
+        run.note += _diagnose(calls, run)
+    idle = max((e.get("idle_fraction") or 0.0 for e in run.extras), default=0.0)
+    if mechanism == "cupti" and idle > 0.10:
+        run.note += (f"; launch-bound: the device sat idle {idle:.0%} of the call's span waiting for the host "
+                     "(span in extra.span_median_ms), which kernel time does not count")
+    return run
 
 
-def _floor_gaps(captures: Sequence[Any]) -> str:
-    """Measure each capture's floor gap (to be subtracted); the note says what was done or why not."""
+def _diagnose(calls: Sequence[Call], run: _Run) -> str:
+    """Beside a device latency: each call's busy time, the fraction of its latency the device sat idle, and
+    the host synchronisations its function made, from one traced run of each call (``extra``); a note when
+    the device sat idle more than a few percent of a call's latency, or the call synchronised."""
     try:
-        baseline = graphs.measure_floor_gaps(captures)
+        found = timers.trace_calls(calls)
     except TimingError as exc:
-        return f"idle between graph nodes not subtracted ({exc})"
-    most = max(c.floor_ms * c.activities_per_call for c in captures)
-    return DESCRIPTIONS["graph_idle"] + f": tracing floor {baseline * 1e3:.3f} us, up to {most * 1e3:.3f} us per call"
-
-
-def _gap_record(raw: list[float], graph_set: Any) -> dict[str, Any]:
-    """What was subtracted from one call's graph samples (per capture), and the raw median (for ``extra``)."""
-    captures = graph_set.captures
-    if not any(c.activities_per_call for c in captures):
-        return {"graph_idle": "kept", "raw_median_ms": statistics.median(raw)}
-    return {"graph_idle": "subtracted", "raw_median_ms": statistics.median(raw),
-            "activities_per_call": captures[0].activities_per_call,
-            "floor_gap_us": [c.floor_ms * 1e3 for c in captures],
-            "subtracted_per_call_us": [c.floor_ms * c.activities_per_call * 1e3 for c in captures]}
+        for extra in run.extras:
+            extra["busy"] = f"not traced: {exc}"
+        return f"; busy time not traced ({exc})"
+    notes = []
+    for index, (extra, samples, diagnosis) in enumerate(zip(run.extras, run.samples, found)):
+        latency = statistics.median(samples)
+        busy = diagnosis["busy_median_ms"]
+        extra.update(diagnosis)
+        extra["idle_fraction"] = (max(0.0, 1.0 - busy / latency) if busy is not None and latency > 0 else None)
+        if notable(extra):
+            who = f"call {index + 1}: " if len(calls) > 1 else ""
+            notes.append(f"{who}{idle_line(extra)}")
+    return ("; " + "; ".join(notes) + " (busy time and syncs from one traced run of each call)") if notes else ""
 
 
 def _collect(calls: Sequence[Call], options: Options,
@@ -285,18 +225,18 @@ def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dic
         raise DitgateUsageError("l2='cold' needs a CUDA device; this call runs on the host")
     warmup, estimates = _warm_up(calls, options.warmup)
     notes: dict[str, str] = {}
-    wanted = AUTO_ORDER if options.mechanism == "auto" else (options.mechanism,)
+    wanted = list(AUTO_ORDER if options.mechanism == "auto" else (options.mechanism,))
     clocks_start = nvml.snapshot(device.index, device.uuid) if on_gpu else None
     run = None
     host_only = False
     for mechanism in wanted:
         if run is not None:
-            notes[mechanism] = f"not used: {run.mechanism} worked and is more faithful"
+            notes[mechanism] = f"not used: {run.mechanism} worked and comes first"
             continue
-        if mechanism != "wall" and not on_gpu:
+        if BY_NAME[mechanism].device and not on_gpu:
             notes[mechanism] = "not available: no CUDA device in use (torch with CUDA not imported or no GPU)"
             continue
-        if mechanism != "wall" and host_only:
+        if BY_NAME[mechanism].device and host_only:
             notes[mechanism] = "not used: the call launches no device work"
             continue
         try:
@@ -307,8 +247,13 @@ def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dic
             notes[mechanism] = f"failed: {exc}"
         except TimingError as exc:
             notes[mechanism] = f"failed: {exc}"
+            from pytest_ditgate.bench.graphs import CaptureRefused
+
+            if isinstance(exc, CaptureRefused) and "latency" not in wanted:
+                wanted.append("latency")  # what the call costs its caller, host waits included
+                notes[mechanism] += "; measured by latency instead"
         else:
-            reason = "requested" if options.mechanism != "auto" else "auto: most faithful mechanism that worked"
+            reason = "requested" if options.mechanism != "auto" else "auto: the first latency mechanism that worked"
             notes[mechanism] = f"chosen ({reason}): {run.note}"
     if run is None:
         detail = "; ".join(f"{k}: {v}" for k, v in notes.items())

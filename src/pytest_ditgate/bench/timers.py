@@ -1,20 +1,27 @@
-"""Three of the four timing mechanisms (cupti, events, wall) and what they share. Each times a *schedule* of calls (one function, or A B B A interleaved).
+"""The samplers of four timing mechanisms (latency, events, wall, cupti) and what every sampler shares. Each
+times a *schedule* of calls (one function, or A B B A interleaved); :mod:`pytest_ditgate.bench.mechanisms`
+says what each counts.
 
+- ``latency``: calls issued back to back in batches, CUDA events around each batch: per call, what a caller
+  waits for, host gaps, synchronisations and launch gaps included (the *sustained* regime);
+- ``events``: CUDA events around each call, all streams synchronised after it (an isolated call);
+- ``wall``: host clock around each call with a device synchronisation (the only one without a GPU);
 - ``cupti``: kernel activity from the CUDA profiler (``torch.profiler``): per call, the time the device was
   busy with it (union of its kernel/memcpy/memset intervals). The span from first start to last end is
   kept too: where it is much longer, the device sat idle waiting for the host (a launch-bound call).
-- ``graph``: a CUDA graph of many calls replayed and timed with events, divided by the count
-  (back-to-back: the *sustained* regime); lives in :mod:`pytest_ditgate.bench.graphs`.
-- ``events``: CUDA events around each call, all streams synchronised after it.
-- ``wall``: host clock around each call with a device synchronisation (the only one without a GPU).
+- ``graph`` lives in :mod:`pytest_ditgate.bench.graphs`.
 
-torch is imported inside the functions. A mechanism that cannot measure raises :class:`TimingError`
-with a reason that ends up in ``Measurement.mechanism_notes``.
+A sampler is called as ``sampler(calls, sampling)`` and returns :class:`Sampled`. torch is imported inside
+the functions. A mechanism that cannot measure raises :class:`TimingError` with a reason that ends up in
+``Measurement.mechanism_notes``. :func:`trace_calls` is the diagnosis beside a latency: each call's busy time
+and the host synchronisations it makes.
 """
 
 from __future__ import annotations
 
 import bisect
+import math
+import statistics
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -39,6 +46,39 @@ class CallRaised(Exception):
     def __init__(self, fn: Callable[..., Any], error: Exception) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.fn, self.error = fn, error
+
+
+@dataclass
+class Sampling:
+    """What a sampler is given besides the calls: each call's host-clock estimate (an upper bound, its sync
+    included), the L2 flush to run before a call (None: warm), the regime, the device, the measurement's
+    options, and the rounds and schedule helpers of the runner."""
+
+    estimates: Sequence[float]
+    flush: Callable[[], None] | None
+    regime: str
+    device: Any
+    options: Any
+    rounds: Callable[[float, int, int], int]
+    schedule: Callable[[int], list[int]]
+
+
+@dataclass
+class Sampled:
+    """One list of milliseconds per call, the calls each sample averages, details per call and a note."""
+
+    samples: list[list[float]]
+    calls_per_sample: list[int]
+    extras: list[dict[str, Any]]
+    note: str = ""
+
+
+#: the per-sample bounds of the runner (a sample per call or per batch)
+MIN_REPS, MAX_REPS = 10, 1000
+#: a latency batch lasts about this long, so that the start of a batch on an idle device (one launch) stays
+#: under about 1 % of it
+LATENCY_BATCH_MS = 2.0
+LATENCY_MAX_BATCH = 1000
 
 
 @dataclass
@@ -84,27 +124,37 @@ def _maybe(flush: Callable[[], None] | None) -> None:
         flush()
 
 
-def time_wall(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[], None] | None = None) -> list[list[float]]:
+def _per_call(calls: Sequence[Call], sampling: Sampling, per_sample_ms: float) -> list[int]:
+    return sampling.schedule(sampling.rounds(per_sample_ms, MIN_REPS, MAX_REPS))
+
+
+def _single(samples: list[list[float]], note: str = "") -> Sampled:
+    return Sampled(samples, [1] * len(samples), [{} for _ in samples], note)
+
+
+def time_wall(calls: Sequence[Call], sampling: Sampling) -> Sampled:
     """Host clock around each call, with a device synchronisation before and after."""
+    order = _per_call(calls, sampling, max(sampling.estimates) * len(calls))
     samples: list[list[float]] = [[] for _ in calls]
     clock = time.perf_counter
     for index in order:
-        _maybe(flush)
+        _maybe(sampling.flush)
         synchronize()
         start = clock()
         calls[index]()
         synchronize()
         samples[index].append((clock() - start) * 1e3)
-    return samples
+    return _single(samples)
 
 
-def time_events(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[], None] | None = None) -> list[list[float]]:
+def time_events(calls: Sequence[Call], sampling: Sampling) -> Sampled:
     """CUDA events on the current stream around each call; the device is synchronised after each one."""
     import torch
 
+    order = _per_call(calls, sampling, max(sampling.estimates) * len(calls))
     pending = []
     for index in order:
-        _maybe(flush)
+        _maybe(sampling.flush)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
@@ -115,7 +165,51 @@ def time_events(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[
     samples: list[list[float]] = [[] for _ in calls]
     for index, start, end in pending:
         samples[index].append(float(start.elapsed_time(end)))
-    return samples
+    return _single(samples)
+
+
+def latency_batch(estimate_ms: float) -> int:
+    """Calls per latency sample: about LATENCY_BATCH_MS of them by the host-clock estimate (which includes a
+    synchronisation, so the batch runs somewhat shorter)."""
+    if not estimate_ms > 0:
+        return LATENCY_MAX_BATCH
+    return int(max(1, min(LATENCY_MAX_BATCH, math.ceil(LATENCY_BATCH_MS / estimate_ms))))
+
+
+def time_latency(calls: Sequence[Call], sampling: Sampling) -> Sampled:
+    """Per call, what a caller waits for when calls follow each other: batches of calls issued back to back,
+    CUDA events around each batch, the batch's time divided by its calls. One synchronisation per round (a
+    batch of each call), none inside: a call that is device-bound keeps the queue full, so its time is the
+    device's; a call that waits for the host (a synchronisation, host work, launch gaps) leaves the device
+    idle, and that idle is counted. With a cold L2 every sample is one call, the flush queued before its
+    start event."""
+    import torch
+
+    cold = sampling.flush is not None
+    batches = [1 if cold else latency_batch(e) for e in sampling.estimates]
+    per_round = sum(e * b for e, b in zip(sampling.estimates, batches))
+    order = sampling.schedule(sampling.rounds(per_round, MIN_REPS, MAX_REPS))
+    pending = []
+    torch.cuda.synchronize()
+    for position, index in enumerate(order):
+        _maybe(sampling.flush)
+        start = torch.cuda.Event(enable_timing=True)
+        end = torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(batches[index]):
+            calls[index]()
+        end.record()
+        pending.append((index, start, end))
+        if (position + 1) % len(calls) == 0:  # a round: every call once
+            torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    samples: list[list[float]] = [[] for _ in calls]
+    for index, start, end in pending:
+        samples[index].append(float(start.elapsed_time(end)) / batches[index])
+    extras = [{"calls_per_batch": b} for b in batches]
+    note = (f"; {', '.join(str(b) for b in batches)} call(s) per batch" if not cold
+            else "; one call per sample, the L2 flush queued before its start event")
+    return Sampled(samples, batches, extras, note)
 
 
 def device_spans(events: Sequence[Any], device_type: Any) -> list[tuple[int, int]]:
@@ -190,8 +284,20 @@ def profiled(run: Callable[[], None], *, host: bool = False, device: bool = True
     return events
 
 
-def time_cupti(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[], None] | None = None,
-               regime: str = "spaced") -> "CuptiSamples":
+def time_cupti(calls: Sequence[Call], sampling: Sampling) -> Sampled:
+    """Device busy time per call from ``torch.profiler`` kernel activity; each call's span (first start to last
+    end) and the idle fraction of its span go into the extras."""
+    order = _per_call(calls, sampling, max(sampling.estimates) * len(calls))
+    found = cupti_samples(calls, order, flush=sampling.flush, regime=sampling.regime)
+    extras = []
+    for busy, spans in zip(found, found.spans):
+        span = statistics.median(spans)
+        extras.append({"span_median_ms": span, "idle_fraction": max(0.0, 1.0 - statistics.median(busy) / span)})
+    return Sampled(list(found), [1] * len(calls), extras)
+
+
+def cupti_samples(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[], None] | None = None,
+                  regime: str = "spaced") -> "CuptiSamples":
     """Device busy time per call from ``torch.profiler`` kernel activity (spans in ``.spans``)."""
     import torch
     from torch.profiler import record_function
@@ -253,3 +359,93 @@ def busy_ns(group: Sequence[tuple[int, int]]) -> int:
     if current_end is not None:
         total += current_end - current_start
     return total
+
+
+# -- the diagnosis beside a latency: busy time and host synchronisations per call ---------------------------
+
+#: the user annotation around the timed function itself inside a traced call (its own synchronisations only)
+FN_RANGE = "ditgate::fn"
+#: CUDA runtime and driver calls that make the host wait for the device
+SYNC_CALLS = frozenset({
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cudaMemcpy", "cudaMemcpy2D",
+    "cudaMemcpyFromSymbol", "cudaMemcpyDtoH", "cuCtxSynchronize", "cuStreamSynchronize", "cuEventSynchronize",
+    "cuMemcpyDtoH", "cuMemcpyDtoH_v2", "cuMemcpy", "cuMemcpy_v2",
+})
+#: a trace with none of these holds no runtime activity, so synchronisations cannot be counted from it
+LAUNCH_CALLS = frozenset({"cudaLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernel", "cuLaunchKernelEx",
+                          "cudaMemcpyAsync", "cudaMemsetAsync", "cudaGraphLaunch"})
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One event of a trace: its name, whether it ran on the device, its start and end (ns), and whether it is
+    a user annotation (a range)."""
+
+    name: str
+    on_device: bool
+    start: int
+    end: int
+    annotation: bool = False
+
+
+def activities(events: Sequence[Any], device_type: Any) -> list[Activity]:
+    """The profiler's events as :class:`Activity` records."""
+    out = []
+    for event in events:
+        name = event.name()
+        annotation = name.startswith("ditgate::") or event.is_user_annotation()
+        out.append(Activity(name, event.device_type() == device_type, int(event.start_ns()), int(event.end_ns()),
+                            annotation))
+    return out
+
+
+def summarize_calls(found: Sequence[Activity], order: Sequence[int], n_calls: int) -> list[dict[str, Any]]:
+    """Per call of a traced spaced run (each call inside a ``ditgate::call`` range holding a ``ditgate::fn``
+    range around the function, the device synchronised before the outer range ends): the median time the
+    device was busy with it, and the host synchronisations its function made (runtime calls that wait for
+    the device, such as ``.item()``'s). ``host_syncs`` is None when the trace holds no runtime activity."""
+    outer = sorted((a.start, a.end) for a in found if a.name == CALL_RANGE and not a.on_device)
+    inner = sorted((a.start, a.end) for a in found if a.name == FN_RANGE and not a.on_device)
+    if len(outer) != len(order) or len(inner) != len(order):
+        raise TimingError(f"found {len(outer)} call ranges in the trace for {len(order)} calls")
+    spans = sorted((a.start, a.end) for a in found if a.on_device and not a.annotation)
+    groups = assign_spans(outer, spans)
+    runtime = [a for a in found if not a.on_device and not a.annotation and a.name in SYNC_CALLS | LAUNCH_CALLS]
+    syncs = [a for a in runtime if a.name in SYNC_CALLS]
+    busy: list[list[float]] = [[] for _ in range(n_calls)]
+    counts: list[list[int]] = [[] for _ in range(n_calls)]
+    names: list[set[str]] = [set() for _ in range(n_calls)]
+    for index, group, (start, end) in zip(order, groups, inner):
+        busy[index].append(busy_ns(group) / 1e6 if group else 0.0)
+        mine = [a for a in syncs if start <= a.start and a.end <= end]
+        counts[index].append(len(mine))
+        names[index].update(a.name for a in mine)
+    out = []
+    for index in range(n_calls):
+        entry: dict[str, Any] = {"busy_median_ms": statistics.median(busy[index]) if busy[index] else None}
+        if runtime:
+            entry["host_syncs"] = int(statistics.median(counts[index])) if counts[index] else 0
+            entry["sync_calls"] = sorted(names[index])
+        else:
+            entry["host_syncs"] = None
+        out.append(entry)
+    return out
+
+
+def trace_calls(calls: Sequence[Call], per_call: int = 3) -> list[dict[str, Any]]:
+    """Trace each call ``per_call`` times, spaced, and summarise it (:func:`summarize_calls`)."""
+    import torch
+    from torch.profiler import record_function
+
+    order = [index for _ in range(per_call) for index in range(len(calls))]
+
+    def run() -> None:
+        for index in order:
+            torch.cuda.synchronize()
+            with record_function(CALL_RANGE):
+                with record_function(FN_RANGE):
+                    calls[index]()
+                torch.cuda.synchronize()
+
+    events = profiled(run, host=True)
+    return summarize_calls(activities(events, torch.autograd.DeviceType.CUDA), order, len(calls))

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from pytest_ditgate.bench.mechanisms import DEVICE_TIMERS
 from pytest_ditgate.fsutil import read_jsonl
 from pytest_ditgate.golden.keys import device_of
 from pytest_ditgate.golden.quality_inputs import for_tensors, frozen_record
@@ -26,7 +27,6 @@ from pytest_ditgate.verdict.outcome import Category, GateOutcome
 #: cannot be told apart from the samples, so it is a performance DISCARD (no KEEP, no accusation). Checked
 #: for device timers only: a host's wall clock under load varies by more than that on its own
 REFERENCE_DRIFT = 2.0
-DEVICE_TIMERS = ("cupti", "events", "graph")
 MIN_SAMPLES = 5
 
 
@@ -121,7 +121,7 @@ def judge_timings(evidence: ChildEvidence, expected: list[str], reference_median
             problems.append((Category.CRASH, f"required comparison {name} was not measured"))
     for name, derived in latest.items():
         recorded = reference_medians.get(name)
-        if recorded and str(derived.get("mechanism")).startswith(DEVICE_TIMERS) and derived["reference_median_ms"] > REFERENCE_DRIFT * recorded:
+        if recorded and str(derived.get("mechanism")) in DEVICE_TIMERS and derived["reference_median_ms"] > REFERENCE_DRIFT * recorded:
             problems.append((Category.PERFORMANCE, f"{name}: the reference took {derived['reference_median_ms']:.4g} ms, "
                                                    f"{derived['reference_median_ms'] / recorded:.2f}x its baseline "
                                                    f"{recorded:.4g} ms: a measurement this far off supports no speed "
