@@ -16,6 +16,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 #: ``--dist loadfile --no-loadscope-reorder``); every other file keeps its place after them
 LONGEST_FIRST = (
     "plugin/test_judge_runs.py",         # seven judged runs
+    "plugin/test_judge_baseline.py",     # baselines of fresh projects (two runs each) and their failures
     "gates/dit/test_shapes.py",          # the shapes case sampled three times
     "plugin/test_bench_fixture.py",      # ditbench in pytest subprocesses, one with xdist workers
     "plugin/test_gpus_xdist.py",         # three pytest runs with xdist workers

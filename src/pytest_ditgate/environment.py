@@ -58,8 +58,10 @@ def pytest_report_header(config: pytest.Config) -> list[str]:
     return [f"ditgate: {context.device().header_line()}"]
 
 
-def pytest_sessionstart(session: pytest.Session) -> None:
-    """Write ``environment.json`` once (the xdist controller, or a plain run); never fail the run on I/O."""
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtestloop(session: pytest.Session) -> None:
+    """Write ``environment.json`` once (the xdist controller, or a plain run), when the tests are about to run:
+    a run that stops at a usage error in collection (a bad marker) writes nothing. Never fails the run on I/O."""
     context = get_context(session.config)
     if context.is_xdist_worker:
         return

@@ -42,6 +42,12 @@ def item_requirements(item: pytest.Item) -> list["Requirements"]:
     return [parse_requirements(mark.args, dict(mark.kwargs)) for mark in marks]
 
 
+def _conflict(requirements: list["Requirements"]) -> str | None:
+    from pytest_ditgate.requirements import conflict
+
+    return conflict(requirements)
+
+
 def evaluate_device_marks(requirements: list["Requirements"], device: "DeviceInfo") -> Skip | None:
     """The skip decision on ``device`` for a test's parsed markers: the first unmet marker's reason, or None."""
     from pytest_ditgate.requirements import skip_reason
@@ -120,7 +126,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except DitgateUsageError as exc:
             problems.append(f"{item.nodeid}: {exc}")
             continue
-        if requirements:
+        clash = _conflict(requirements) if requirements else None
+        if clash:
+            problems.append(f"{item.nodeid}: requires_gpu: {clash} (the test would skip on every device)")
+        elif requirements:
             marked[item] = requirements
     if problems:
         raise pytest.UsageError("bad requires_gpu marker(s):\n  " + "\n  ".join(problems))

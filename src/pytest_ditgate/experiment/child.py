@@ -60,10 +60,12 @@ class ChildRecorder:
     def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = ()) -> None:
         from safetensors.torch import save_file
 
+        from pytest_ditgate.golden.serializer import plain_copies
+
         self.count += 1
         file = f"outputs/{self.count:04d}.safetensors"
         (self.out / "outputs").mkdir(parents=True, exist_ok=True)
-        plain = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        plain = plain_copies(tensors)  # tensors sharing memory are values too; safetensors refuses them
         save_file(plain, str(self.out / file))
         _append(self.out / OUTPUTS, {"name": name, "key": key, "test": nodeid, "file": file,
                                      "optional": [str(p) for p in optional],
