@@ -15,6 +15,7 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 #: files fill in around them (scripts/test hands whole files to its two xdist workers in collection order:
 #: ``--dist loadfile --no-loadscope-reorder``); every other file keeps its place after them
 LONGEST_FIRST = (
+    "plugin/test_judge_timing.py",       # a timed baseline and ten judged runs, each timed by the judge
     "plugin/test_judge_runs.py",         # seven judged runs
     "plugin/test_judge_baseline.py",     # baselines of fresh projects (two runs each) and their failures
     "gates/dit/test_shapes.py",          # the shapes case sampled three times

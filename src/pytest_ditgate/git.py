@@ -7,9 +7,13 @@ of a run (``environment.json``, a golden's manifest entry) names its commit with
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 #: names the measured commit where git cannot (a copied tree on a GPU host, perhaps with a stale .git)
 COMMIT_ENV = "DITGATE_COMMIT"
@@ -180,3 +184,27 @@ def show(root: str | Path, commit: str, path: str) -> str | None:
         return git(root, "show", f"{commit}:{path}")
     except GitError:
         return None
+
+
+@contextlib.contextmanager
+def read_only_checkout(root: str | Path, commit: str, parent: str | Path) -> Iterator[Path]:
+    """A checkout of ``commit`` in a new folder under ``parent`` (a detached ``git worktree``), its files made
+    read-only, removed with its worktree record afterwards: the lane best's code, as committed, for the judge's
+    comparator process."""
+    folder = Path(tempfile.mkdtemp(prefix="best-", dir=parent)) / "tree"
+    git(root, "worktree", "add", "--detach", "--quiet", str(folder), commit, timeout=600)
+    try:
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                path.chmod(path.stat().st_mode & ~0o222)
+        yield folder
+    finally:
+        for path in folder.rglob("*"):
+            if not path.is_symlink():
+                try:
+                    path.chmod(path.stat().st_mode | 0o200)
+                except OSError:
+                    pass
+        git(root, "worktree", "remove", "--force", str(folder), check=False)
+        git(root, "worktree", "prune", check=False)
+        shutil.rmtree(folder.parent, ignore_errors=True)

@@ -57,7 +57,7 @@ PROJECT_KEYS: dict[str, str] = {
 }
 #: the keys of a ``[tool.ditgate.lanes.<name>]`` table (their values are checked by ``verdict/lane.py``)
 LANE_KEYS: dict[str, str] = {"tests": "paths", "class": "string", "objective": "string", "required": "strings",
-                             "min_improvement": "noise floor"}
+                             "min_improvement": "noise floor", "timing": "string"}
 _KINDS = {"paths": "a list of non-empty strings", "strings": "a list of non-empty strings",
           "string": "a non-empty string", "lanes": "a table of lane tables"}
 

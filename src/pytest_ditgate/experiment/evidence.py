@@ -39,6 +39,8 @@ class ChildEvidence:
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     observed: dict[str, Any] = field(default_factory=dict)
     skipped_lines: int = 0
+    #: tests the child left out because the judge times the lane itself
+    timed_by_judge: list[str] = field(default_factory=list)
 
 
 def read_child(out: Path) -> ChildEvidence:
@@ -46,7 +48,7 @@ def read_child(out: Path) -> ChildEvidence:
     import json
 
     from pytest_ditgate.bench.ledger import Ledger
-    from pytest_ditgate.judged_run import CLASS, OUTPUTS, TESTS
+    from pytest_ditgate.judged_run import CLASS, OUTPUTS, TESTS, TIMED_BY_JUDGE
 
     evidence = ChildEvidence(out)
     tests, bad = read_jsonl(out / TESTS)
@@ -71,6 +73,11 @@ def read_child(out: Path) -> ChildEvidence:
         evidence.observed = json.loads((out / CLASS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         evidence.observed = {}
+    try:
+        left_out = json.loads((out / TIMED_BY_JUDGE).read_text(encoding="utf-8"))
+        evidence.timed_by_judge = [str(n) for n in left_out] if isinstance(left_out, list) else []
+    except (OSError, ValueError):
+        pass
     return evidence
 
 
@@ -237,8 +244,10 @@ def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contrac
 
 
 def required_ran(evidence: ChildEvidence, required: tuple[str, ...]) -> list[str]:
-    """Problems when none of the lane's tests ran, or a required pattern matched no test that ran."""
+    """Problems when none of the lane's tests ran, or a required pattern matched no test that ran (a test the
+    child left out because the judge times the lane itself counts as run: the judge's timing stands for it)."""
     if not evidence.ran:
         return ["no test of the lane ran (collected none, skipped all, or the session stopped)"]
+    ran = evidence.ran | set(evidence.timed_by_judge)
     return [f"required test {pattern!r} did not run" for pattern in required
-            if not any(fnmatch.fnmatch(nodeid, pattern) for nodeid in evidence.ran)]
+            if not any(fnmatch.fnmatch(nodeid, pattern) for nodeid in ran)]

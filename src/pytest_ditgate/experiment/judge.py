@@ -200,9 +200,12 @@ class Judge:
         out.mkdir(parents=True, exist_ok=False)
         if best is not None and best.get("candidate_config"):
             (out / LANE_BEST).write_text(json.dumps(best, default=str))
-        env = {k: v for k, v in self.env.items() if not k.startswith(("DITGATE_", "PYTEST_"))}
+        env = self.child_env()
         env[OUT_ENV] = str(out)
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        if self.lane.timing is not None and not freeze:
+            from pytest_ditgate.judged_run import JUDGE_TIMES_ENV
+
+            env[JUDGE_TIMES_ENV] = "1"  # the judge times the lane: the child leaves its timing tests out
         args = ["--ditgate", f"--ditgate-lane={self.lane.name}", f"--ditgate-class={self.declared}",
                 f"--ditgate-dir={out / 'artefacts'}", "-p", "pytest_ditgate.experiment.child",
                 "-p", "no:cacheprovider", "-q", "-rfEs", "--durations=5", *(["--ditgate-freeze"] if freeze else []), *self.lane.tests]
@@ -215,6 +218,38 @@ class Judge:
         finally:
             returncode = child.wait()
         return returncode
+
+    def child_env(self) -> dict[str, str]:
+        """The environment of every process the judge starts: no ditgate or pytest switches, no bytecode."""
+        env = {k: v for k, v in self.env.items() if not k.startswith(("DITGATE_", "PYTEST_"))}
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+        return env
+
+    def time_lane(self, facts: Any, out: Path) -> list[dict[str, Any]]:
+        """The judge's own timing of the lane (``rounds.py``): the candidate's tree against a read-only checkout
+        of the lane best's commit (for a baseline, of HEAD); the comparisons for the objective."""
+        from pytest_ditgate import git
+        from pytest_ditgate.experiment.rounds import HOST_GAIN_FLOOR, time_lane
+
+        best = facts.best_before
+        commit = (best or {}).get("commit") or git.head(self.root)
+        folder = out.parent / "timing"
+        folder.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        with git.read_only_checkout(self.root, commit, folder) as best_root:
+            comparisons, record = time_lane(self.root, best_root, self.root / str(self.lane.timing), self.child_env(),
+                                            folder, facts.arch, self.lane.min_improvement, facts.problems)
+        record["best_commit"] = git.short(commit)
+        record["seconds"] = round(time.perf_counter() - started, 1)
+        if any(c.get("device") == "cpu" for c in comparisons) and facts.min_improvement < HOST_GAIN_FLOOR:
+            # two processes of the same code differ more on the host than on a device
+            facts.min_improvement = HOST_GAIN_FLOOR
+            record["noise_floor"] = f"{HOST_GAIN_FLOOR:.0%}: timed on the host"
+        facts.child["judge_timing"] = record
+        print(f"ditgate: the judge timed the lane in {record['seconds']:.1f} s: "
+              + "; ".join(f"{c['name']} = {c['ratio']:.4f} (CI {c['ci_low']:.4f}..{c['ci_high']:.4f}, "
+                          f"{c['rounds']} rounds)" for c in comparisons), flush=True)
+        return comparisons
 
     # -- the two modes ------------------------------------------------------------------------------
     def experiment(self) -> int:
@@ -387,8 +422,17 @@ class Judge:
         facts.effective_class = classification.effective
         facts.class_evidence = list(classification.evidence)
         facts.candidate_config = observed.get("candidate_config") or None
-        facts.comparisons = judge_timings(evidence, expected.get("comparisons", []),
-                                          expected.get("reference_medians", {}), facts.problems)
+        if self.lane.timing is not None and not freeze:
+            # the judge times the lane itself: what the child timed in its own process, if anything, is not evidence
+            facts.child["advisory_comparisons"] = [str(c.get("comparison", {}).get("ratio")) for c in evidence.comparisons]
+            facts.comparisons = self.time_lane(facts, out) if returncode in (0, 1) else []
+            measured = {c["name"] for c in facts.comparisons}
+            for name in expected.get("comparisons", []):
+                if name not in measured:
+                    facts.problems.append((Category.CRASH, f"required comparison {name} was not measured"))
+        else:
+            facts.comparisons = judge_timings(evidence, expected.get("comparisons", []),
+                                              expected.get("reference_medians", {}), facts.problems)
         if not freeze:
             facts.quality = judge_outputs(self.root, evidence, expected.get("outputs", []), classification.effective,
                                           self.contract(), facts.arch, facts.problems)

@@ -70,13 +70,17 @@ class LockSettings:
 
 
 def _lane_tests(table: dict[str, Any]) -> list[str]:
-    """The test paths of every declared lane (their suites judge the candidate)."""
+    """The test paths and timing modules of every declared lane (their suites judge the candidate; the timing
+    module says what the judge times)."""
     lanes = table.get("lanes", {})
     found: list[str] = []
     for lane in lanes.values() if isinstance(lanes, dict) else ():
         for test in (lane.get("tests", []) if isinstance(lane, dict) else []):
             if isinstance(test, str) and test:
                 found.append(test.split("::", 1)[0])
+        timing = lane.get("timing") if isinstance(lane, dict) else None
+        if isinstance(timing, str) and timing:
+            found.append(timing)
     return found
 
 

@@ -9,7 +9,13 @@ class = "exact"                        # the class assumed when the experiment d
 objective = "time_ratio"               # candidate time / baseline time, measured side by side
 required = ["*test_quality*"]          # node-id globs that must produce a judged output or comparison
 min_improvement = 0.02                 # a new best must beat the re-measured best by this fraction (CI bound)
+timing = "tests/gates/lane_timing.py"  # the regions the judge times itself (pytest_ditgate.timed_region)
 ```
+
+With ``timing``, the judge times the lane in processes of its own, on its own clock (docs/agent_loop.md, "How
+the judge times"); the lane's tests then check quality only, and a test that times in the candidate's process
+(``ditbench``) is left out of a judged run. Without it, a lane's speed comes from its tests' ``ditbench.pair``
+samples, taken in the candidate's process: advisory, and a verdict says so.
 
 ``min_improvement`` is the lane's noise floor. Two runs of the same code, measured side by side, can
 differ by a percent or two in one direction: the host clock drifts after a heavy run, and order effects
@@ -58,6 +64,8 @@ class LaneSpec:
     objective: str = "time_ratio"
     required: tuple[str, ...] = ()
     min_improvement: float = DEFAULT_MIN_IMPROVEMENT
+    #: the lane's timing module (relative to the project root), or None
+    timing: str | None = None
 
 
 def _strings(table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -97,7 +105,11 @@ def load_lane(project: Mapping[str, Any], name: str) -> LaneSpec:
         floor = noise_floor(floor)
     except ValueError as exc:
         raise DitgateUsageError(f"{where} min_improvement {exc}") from None
-    return LaneSpec(name, tests, cls, objective, _strings(table, "required", where), floor)
+    timing = table.get("timing")
+    if timing is not None and (not isinstance(timing, str) or not timing.endswith(".py")):
+        raise DitgateUsageError(f"{where} timing must name a Python file of the project (the lane's timed "
+                                f"regions), got {timing!r}")
+    return LaneSpec(name, tests, cls, objective, _strings(table, "required", where), floor, timing)
 
 
 def check_lanes(root: Any, project: Mapping[str, Any], lane: str | None) -> None:
@@ -110,6 +122,8 @@ def check_lanes(root: Any, project: Mapping[str, Any], lane: str | None) -> None
     for name in lanes:
         spec = load_lane(project, name)
         missing = missing_paths(root, list(spec.tests), f"[tool.ditgate.lanes.{name}] tests")
+        if spec.timing is not None:
+            missing += missing_paths(root, [spec.timing], f"[tool.ditgate.lanes.{name}] timing")
         if missing:
             raise DitgateUsageError(missing[0])
     if lane is not None:
