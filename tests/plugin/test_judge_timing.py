@@ -156,6 +156,16 @@ def candidate(x):  # noqa: F811 - the attack: after the warm-up, work moves to a
         return MODEL(x)
 '''
 
+STRAY = CANDIDATE.format(repeat=6) + '''
+import os as _os
+import subprocess as _subprocess
+import sys as _sys
+
+if "ditgate_lane_timing" in _sys.modules:  # in the judge's server: a helper of its own, in a session of its own
+    _subprocess.Popen([_sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                      stdout=_subprocess.DEVNULL, stderr=_subprocess.DEVNULL)
+'''
+
 FORGED = CANDIDATE.format(repeat=24) + '''
 import atexit as _atexit
 import json as _json
@@ -184,8 +194,9 @@ _atexit.register(_forge)
     (CLOCKS, 12, "timing functions were replaced: time.perf_counter"),
     (SYNC, 12, "timing functions were replaced: torch.cuda.synchronize"),
     (THREAD, 12, "started 1 thread(s) after its warm-up"),
+    (STRAY, 12, "a process outside the servers' groups is running beside the rounds"),
     (FORGED, 11, "not faster than the lane best"),
-], ids=["replay", "skip-calls", "method-override", "sabotage", "clocks", "synchronize", "thread",
+], ids=["replay", "skip-calls", "method-override", "sabotage", "clocks", "synchronize", "thread", "stray-process",
         "forged-evidence"])
 def test_an_attack_is_refused_with_its_reason(timed: Project, body: str, code: int, reason: str) -> None:
     got, out = experiment(timed, body, "an attack")

@@ -233,6 +233,9 @@ class LaneTimer:
         return server
 
     def _check_idle(self, label: str, server: Endpoint) -> None:
+        left = strays({s.process.pid for s in set(self.servers.values())})
+        if left:
+            raise Refusal(f"a process outside the servers' groups is running beside the rounds: {', '.join(left[:3])}")
         state = server.request(op="idle")
         if state.get("replaced"):
             raise Refusal(f"the {label} server's timing functions were replaced: {', '.join(state['replaced'])}")
@@ -343,6 +346,48 @@ class Refusal(RuntimeError):
     """An integrity failure of a timing run (exit 12)."""
 
 
+def become_subreaper() -> bool:
+    """Make the judge the reaper of its descendants (Linux ``PR_SET_CHILD_SUBREAPER``): a process a server starts
+    in a session of its own, whose parent then exits, stays the judge's descendant and can be found."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def strays(allowed_groups: set[int]) -> list[str]:
+    """The judge's descendants outside ``allowed_groups`` (the servers' process groups), as ``pid (command)``:
+    work the timed processes left running beside the rounds, which stopping their groups does not stop."""
+    parents: dict[int, int] = {}
+    groups: dict[int, int] = {}
+    for entry in os.listdir("/proc") if os.path.isdir("/proc") else []:
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[-1].split()
+        if len(fields) > 3:
+            parents[int(entry)], groups[int(entry)] = int(fields[1]), int(fields[2])
+    me = os.getpid()
+    found = []
+    for pid in parents:
+        ancestor, seen = parents.get(pid), 0
+        while ancestor not in (None, 0, 1, me) and seen < 64:
+            ancestor, seen = parents.get(ancestor), seen + 1
+        if ancestor == me and groups.get(pid) not in allowed_groups and pid != me:
+            try:
+                command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                command = "?"
+            found.append(f"{pid} ({command.strip()[:80]})")
+    return found
+
+
 def _by_call(tensors: dict[str, Any], calls: int) -> list[list[Any]]:
     out: list[list[Any]] = [[] for _ in range(calls)]
     for name in sorted(tensors, key=lambda n: tuple(int(p) for p in n.split("."))):
@@ -392,6 +437,7 @@ def time_lane(candidate_root: Path, best_root: Path, timing: Path, env: dict[str
     folder.mkdir(parents=True, exist_ok=True)
     servers: list[Endpoint] = []
     comparisons: list[dict[str, Any]] = []
+    become_subreaper()
     try:
         candidate = start_server("candidate", candidate_root, timing, ["candidate"], env, folder / "candidate.log")
         servers.append(candidate)
@@ -419,6 +465,11 @@ def time_lane(candidate_root: Path, best_root: Path, timing: Path, env: dict[str
     finally:
         for server in servers:
             server.close()
+        for left in strays(set()):  # nothing of the timing outlives it
+            try:
+                os.kill(int(left.split(" ", 1)[0]), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
     if not comparisons and not any(category in (Category.INTEGRITY, Category.CRASH) for category, _ in problems):
         problems.append((Category.CRASH, "judge timing: no region could be timed here ("
                          + "; ".join(f"{n}: {e.get('skipped')}" for n, e in record["regions"].items()) + ")"))
