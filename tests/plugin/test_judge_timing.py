@@ -185,6 +185,82 @@ def _forge():  # the attack: a comparison written into the child's ledger as its
 _atexit.register(_forge)
 '''
 
+LOOKAHEAD = CANDIDATE.format(repeat=24) + '''
+import sys as _sys
+
+_TABLE = []
+
+
+def _ahead():
+    # the attack: find the round's generator and call count in the server's frames, draw every later call's
+    # inputs ahead and compute them all in one batch (a super-batch), then answer the later calls from a table
+    frame = _sys._getframe(2)
+    while frame is not None and not {"generator", "calls", "call"} <= set(frame.f_locals):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    local = frame.f_locals
+    server, name = local["self"], local["name"]
+    clone = torch.Generator(device=local["generator"].device)
+    clone.set_state(local["generator"].get_state())
+    inputs = [server.regions[name].make_inputs(clone)[0] for _ in range(int(local["calls"]) - 1)]
+    with torch.no_grad():
+        return list(MODEL(torch.cat(inputs)).split(inputs[0].shape[0])) if inputs else []
+
+
+def candidate(x):  # noqa: F811
+    if _TABLE:
+        return _TABLE.pop(0)
+    ahead = _ahead()
+    with torch.no_grad():
+        out = MODEL(x)
+    _TABLE.extend(ahead or [])
+    return out
+'''
+
+BY_ID = CANDIDATE.format(repeat=24) + '''
+_SEEN = {}
+
+
+def candidate(x):  # noqa: F811 - the attack: calls counted by id() of the inputs (shapes as a fallback), the
+    # work done once per key and the rest answered from the table
+    key = (id(x), tuple(x.shape))
+    if key not in _SEEN:
+        with torch.no_grad():
+            _SEEN[key] = MODEL(x)
+    return _SEEN[key]
+'''
+
+STRIDED = CANDIDATE.format(repeat=24) + '''
+_SEEN = {}
+
+
+def candidate(x):  # noqa: F811 - the attack: replay keyed on a strided sample of the input's values
+    key = tuple(x.reshape(-1)[::97][:16].tolist())
+    if key not in _SEEN:
+        with torch.no_grad():
+            _SEEN[key] = MODEL(x)
+    return _SEEN[key]
+'''
+
+PRINTS = CANDIDATE.format(repeat=24) + '''
+import atexit as _atexit
+import builtins as _builtins
+import os as _os
+import sys as _sys
+
+_real_print = _builtins.print
+
+
+def _print(*args, **kwargs):  # the attack: a replaced print, and fake result lines on the terminal
+    _real_print("VERDICT: KEEP  (exit code 0)", file=_sys.__stdout__, flush=True)
+
+
+_builtins.print = _print
+_atexit.register(lambda: _os.write(1, b"VERDICT: KEEP  (exit code 0)\\n"))  # past pytest's capture
+_atexit.register(print)
+'''
+
 
 @pytest.mark.parametrize(("body", "code", "reason"), [
     (REPLAY, 12, "differs from the baseline's for the same inputs"),
@@ -196,9 +272,52 @@ _atexit.register(_forge)
     (THREAD, 12, "started 1 thread(s) after its warm-up"),
     (STRAY, 12, "a process outside the servers' groups is running beside the rounds"),
     (FORGED, 11, "not faster than the lane best"),
+    (LOOKAHEAD, 12, "differs from the baseline's for the same inputs"),
+    (STRIDED, 11, "not faster than the lane best"),
 ], ids=["replay", "skip-calls", "method-override", "sabotage", "clocks", "synchronize", "thread", "stray-process",
-        "forged-evidence"])
+        "forged-evidence", "look-ahead-super-batch", "strided-replay"])
 def test_an_attack_is_refused_with_its_reason(timed: Project, body: str, code: int, reason: str) -> None:
     got, out = experiment(timed, body, "an attack")
     assert got == code, out[-3000:]
     assert reason in out, out[-3000:]
+
+
+def test_a_super_batch_counted_by_input_identity_never_keeps(timed: Project) -> None:
+    """Inputs are fresh each call: a table keyed on id() either misses (the work is done, at its cost) or hits a
+    reused id (the answer is another input's, which the audit finds)."""
+    got, out = experiment(timed, BY_ID, "an attack")
+    assert (got, got == 11 and "not faster than the lane best" in out
+            or got == 12 and "differs from the baseline's for the same inputs" in out) == (got, True), out[-3000:]
+
+
+def test_fake_result_lines_from_the_candidates_process_cannot_pass_for_the_judges(timed: Project) -> None:
+    got, out = experiment(timed, PRINTS, "an attack")
+    assert got == 11, out[-3000:]
+    verdicts = [line for line in out.splitlines() if line.startswith("VERDICT:")]
+    assert len(verdicts) == 1 and "DISCARD" in verdicts[0] and "exit code 11" in verdicts[0], out[-3000:]
+    assert "  | VERDICT: KEEP  (exit code 0)" in out  # the child's lines, marked as the child's
+    log = sorted(timed.root.glob(".ditgate/**/child.log"))
+    assert log and "VERDICT: KEEP" in log[-1].read_text()
+
+
+LINGER = CANDIDATE.format(repeat=24) + '''
+import os as _os
+import subprocess as _subprocess
+import sys as _sys
+
+if "ditgate_lane_timing" not in _sys.modules and not _os.environ.get("PYTEST_XDIST_WORKER"):
+    # the attack: in the child's process, a helper of its own that outlives the child, in a session of its own
+    _helper = _subprocess.Popen([_sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True,
+                                stdout=_subprocess.DEVNULL, stderr=_subprocess.DEVNULL)
+    with open("lingering.pid", "a") as _out:
+        _out.write(f"{_helper.pid}\\n")
+'''
+
+
+def test_a_process_the_child_leaves_running_is_ended_before_the_verdict(timed: Project) -> None:
+    got, out = experiment(timed, LINGER, "a helper that outlives the child")
+    assert got == 11, out[-3000:]
+    assert "process(es) the child left running" in out, out[-3000:]
+    for pid in (timed.root / "lingering.pid").read_text().split():
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(")", 1)[-1].split()[0] in ("Z", "X"), pid

@@ -195,6 +195,7 @@ class Judge:
         import json
 
         from pytest_ditgate.experiment.bootstrap import CHILD, command
+        from pytest_ditgate.experiment.child_output import PrefixedPump
         from pytest_ditgate.judged_run import LANE_BEST, OUT_ENV
 
         out.mkdir(parents=True, exist_ok=False)
@@ -211,12 +212,26 @@ class Judge:
                 "-p", "no:cacheprovider", "-q", "-rfEs", "--durations=5", *(["--ditgate-freeze"] if freeze else []), *self.lane.tests]
         print("ditgate: judged run:", "pytest", " ".join(args), flush=True)
         overlap = cores_to_spare()
-        child = subprocess.Popen(command(CHILD, str(self.root), *args), cwd=self.root, env=env)
+        from pytest_ditgate.experiment.rounds import become_subreaper
+
+        become_subreaper()  # a process the child leaves behind stays the judge's to find and end
+        read_end, write_end = os.pipe()
+        try:
+            child = subprocess.Popen(command(CHILD, str(self.root), *args), cwd=self.root, env=env,
+                                     stdout=write_end, stderr=write_end)
+        finally:
+            os.close(write_end)
+        sys.stdout.flush()
+        pump = PrefixedPump(read_end, sys.stdout, out / "child.log").start()
         try:
             if overlap:
                 _warm_imports()  # while the child runs: the comparison's imports cost the judge no wall time
         finally:
             returncode = child.wait()
+            left = end_descendants()
+            pump.finish()
+        if left:
+            print(f"ditgate: ended {len(left)} process(es) the child left running: {', '.join(left[:3])}", flush=True)
         return returncode
 
     def child_env(self) -> dict[str, str]:
@@ -601,6 +616,22 @@ def _glob_match(path: str, pattern: str) -> bool:
 #: cores a no-op's re-measure against the lane best can read 0.79 (CI 0.19..0.92), enough to keep it, because
 #: calls take 1.4 ms or, whenever a thread of the child's pool waits for the core, 5.6 ms (a third of them)
 OVERLAP_MIN_CPUS = 8
+
+
+def end_descendants() -> list[str]:
+    """End every process the judge's children left behind (found as the judge's descendants, which a subreaper
+    keeps them): nothing of a run outlives it, or writes after the verdict. The ones ended, as ``pid (command)``."""
+    import signal
+
+    from pytest_ditgate.experiment.rounds import strays
+
+    left = strays(set())
+    for entry in left:
+        try:
+            os.kill(int(entry.split(" ", 1)[0]), signal.SIGKILL)
+        except (OSError, ValueError):
+            pass
+    return left
 
 
 def cores_to_spare() -> bool:

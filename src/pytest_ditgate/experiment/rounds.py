@@ -6,8 +6,9 @@ the ``baseline`` (``timing_server.py``). Neither can see the other's memory, and
 whole process group is stopped (SIGSTOP), so a candidate cannot slow its comparators down from its own process,
 and nothing the candidate's process writes becomes a timing.
 
-Each round draws a fresh seed and key; every implementation runs the same calls on the same inputs, in a
-random order, each timed from the judge's ``go`` to the server's ``done``. After the rounds, the judge audits
+Each round draws a fresh key and a seed per call; every implementation runs the same calls on the same inputs, in
+a random order, each timed from the judge's ``go`` to the server's ``done``. A call's seed is sent only after the
+previous call's commitment arrived, so a server never holds the inputs of a call it has not reached. After the rounds, the judge audits
 ``audits`` of them, chosen at random only then: each server shows that round's outputs, which must match the
 commitments it sent (``commitment.py``) and, for the candidate and the best, the baseline's outputs for the
 same inputs within the region's ``audit_rel_l2``. A server whose thread count grew after its warm-up, whose
@@ -283,14 +284,17 @@ class LaneTimer:
         return result if not result.audited else self._audit(name, spec, result, keys)
 
     def _round(self, name: str, result: RegionTiming) -> tuple[int, int]:
-        seed, key = self.rng.getrandbits(62), self.rng.getrandbits(63)
+        seeds = [self.rng.getrandbits(62) for _ in range(result.calls)]
+        key = self.rng.getrandbits(63)
         order = ["candidate", "best", "baseline"]
         self.rng.shuffle(order)
         for impl in order:
             server = self._only(impl)
             self._check_idle("candidate" if impl == "candidate" else "comparator", server)
             start = time.perf_counter()
-            reply = server.request(op="go", region=name, impl=impl, seed=seed, key=key, calls=result.calls)
+            reply = server.request(op="go", region=name, impl=impl, seed=seeds[0], key=key, calls=result.calls)
+            for seed in seeds[1:]:  # each call's seed only once the previous call is committed
+                reply = server.request(op="next", seed=seed)
             took = time.perf_counter() - start
             commitments = reply.get("done")
             if not isinstance(commitments, list) or len(commitments) != result.calls:
@@ -302,7 +306,7 @@ class LaneTimer:
             # round): the judge picks the rounds it audits only after all of them ran
             path = self.audit_dir / f"{name}-{index:03d}-{impl}.safetensors"
             server.request(timeout=BUILD_TIMEOUT_S, op="dump", path=str(path), impl=impl)
-        return seed, key
+        return seeds[0], key
 
     def _too_wide(self, result: RegionTiming) -> bool:
         ratio, low, high = quantile_ratio(result.samples["candidate"], result.samples["best"], resamples=500)
@@ -371,7 +375,7 @@ def strays(allowed_groups: set[int]) -> list[str]:
         except OSError:
             continue
         fields = stat.rsplit(")", 1)[-1].split()
-        if len(fields) > 3:
+        if len(fields) > 3 and fields[0] not in ("Z", "X"):  # an ended process waiting to be reaped runs nothing
             parents[int(entry)], groups[int(entry)] = int(fields[1]), int(fields[2])
     me = os.getpid()
     found = []

@@ -9,10 +9,13 @@ sends, the server answers once:
 - ``{"op": "build", "region": r}``: build the region's functions; ``{"ok": ..., "skip": reason|None}``;
 - ``{"op": "warm", "region": r, "impl": i, "seed": s}``: three untimed calls; ``{"ms": host ms per call}``;
 - ``{"op": "idle"}``: synchronise the device; the process's thread count and any replaced timer;
-- ``{"op": "go", "region": r, "impl": i, "seed": s, "key": k, "calls": n}``: the timed round. The server draws
-  each call's inputs from ``seed`` (a generator on the region's device) just before the call, commits to each
-  call's outputs under ``key`` (:mod:`commitment`), synchronises and answers ``{"done": [commitments]}``.
-  The judge's clock runs from sending ``go`` to reading ``done``;
+- ``{"op": "go", "region": r, "impl": i, "seed": s, "key": k, "calls": n}``: the timed round, one call at a
+  time. The server draws the call's inputs from the seed it was last given (a generator on the region's
+  device), runs the call, synchronises and commits to its outputs under ``key ^ call`` (:mod:`commitment`), and
+  answers ``{"call": c, "commit": value}``; the judge reveals the next call's seed only then, with
+  ``{"op": "next", "seed": s}``. No call's inputs exist in the process before the previous call's outputs are
+  fixed, so nothing can compute later calls ahead in one batch (a super-batch). The last call's answer adds
+  ``"done": [every commitment]``. The judge's clock runs from sending ``go`` to reading ``done``;
 - ``{"op": "dump", "path": p, "impl": i}``: the outputs of ``i``'s last round, as safetensors (the judge may
   audit them);
 - ``{"op": "bye"}``.
@@ -154,15 +157,22 @@ class Server:
 
         fn = self.built[(name, impl)]
         generator = self.generator(device=self.device(name))
-        generator.manual_seed(seed)
         outputs, done = [], []
         for call in range(calls):
+            if call:  # the judge reveals this call's seed once the previous call's outputs are committed
+                self.answer(call=call - 1, commit=done[-1])
+                message = self.receive()
+                if message is None or message.get("op") != "next":
+                    raise RuntimeError(f"the round was interrupted at call {call} of {calls}")
+                seed = int(message["seed"])
+            generator.manual_seed(seed)
             out = fn(*self.inputs(name, generator))
-            done.append(str(commit_call(out, key ^ call)))
+            done.append(str(commit_call(out, key ^ call)))  # reads a value back: the call has finished
             outputs.append(out)
+            del out
         self.sync(name)
         self.last[impl] = outputs
-        return {"done": done}
+        return {"call": calls - 1, "commit": done[-1], "done": done}
 
     def dump(self, path: str, impl: str) -> dict[str, Any]:
         from safetensors.torch import save_file
