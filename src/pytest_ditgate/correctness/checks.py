@@ -288,7 +288,8 @@ class _Run:
         problem = self._nonfinite_reference(ref_out)
         if problem is not None:
             if scale is not None:
-                self._skip(trial, f"the reference is not finite there ({problem[1]})")
+                name, ref, count, _ = problem
+                self._skip(trial, f"the reference is not finite there ({count} of {ref.numel()} elements of {name})")
             self._fail_nonfinite_reference(trial, *problem)
         estimate = _Lazy(lambda: self._honest_runs(pristine, ref_out))
         if self.expected_dtypes is None:  # the same-precision run also says which dtypes the candidate must return
