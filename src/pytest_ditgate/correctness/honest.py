@@ -1,8 +1,10 @@
 """The honest-error estimate of one output: how far a correct kernel may be from the float64 reference.
 
 Measured on the reference alone, so the candidate cannot inflate it: the reference run at the candidate's
-precision (its inputs' dtypes, TF32 off unless declared) and the reference run on ``|inputs|`` (the size
-of the terms a sum or dot product adds, which sets the rounding error of any summation order).
+precision (its inputs' dtypes, TF32 off unless declared), the reference run on ``|inputs|`` (the size
+of the terms a sum or dot product adds, which sets the rounding error of any summation order), the
+reference rounded to the output's dtype, and, where the output still fails, its conditioning
+(:mod:`pytest_ditgate.correctness.conditioning`).
 """
 
 from __future__ import annotations
