@@ -103,10 +103,12 @@ def _rms_backward(x, w, dy, eps=1e-6):
     return x.grad, w.grad
 
 
-@pytest.mark.parametrize("rows", [1, 2, 8, 64])
+@pytest.mark.parametrize("rows", [1, 2, 8, 64, 4096])
 def test_an_honest_rmsnorm_backward_passes_at_a_normalised_dimension_of_one(rows: int) -> None:
     """The candidate is the reference's own fp32 autograd (it failed with 'the same-precision reference errs
-    by 79 %' capped at the fp32 ceiling); a wrong one still fails there."""
+    by 79 %' capped at the fp32 ceiling); a wrong one still fails there. At 4096 rows and inputs x 1e3 the
+    rows cancel by different amounts: the norm is the large rows', and an element is allowed its own
+    simulated rounding error."""
     def make(seed):
         return (make_tensor((rows, 1), seed=seed), make_tensor((1,), seed=seed + 1000),
                 make_tensor((rows, 1), seed=seed + 2000))
@@ -115,7 +117,9 @@ def test_an_honest_rmsnorm_backward_passes_at_a_normalised_dimension_of_one(rows
     assert report.passed
     lifted = [o.honest for t in report.trials + report.extremal_trials for o in t.outputs
               if o.honest is not None and o.honest.cap is not None and o.honest.cap > o.honest.ceiling]
-    assert lifted or rows == 64  # at 64 rows some seeds need it, not every run's seeds
+    conditioned = [o for t in report.trials + report.extremal_trials for o in t.outputs if o.conditioned]
+    assert lifted or rows >= 64  # at 64 rows some seeds need it, not every run's seeds
+    assert conditioned or rows < 4096  # 4096 rows x 1e3: one element's own conditioning decides
 
     def projection_dropped(x, w, dy):
         rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)

@@ -523,11 +523,11 @@ class _Run:
         floating = sum(t.numel() for _, t in named_call_tensors(*pristine) if t.is_floating_point())
         return _Estimate(same, magnitude, tuple(notes), floating)
 
-    def _conditioning(self, pristine: tuple, ref_out: _Outputs) -> tuple[dict[str, float], list[str]]:
+    def _conditioning(self, pristine: tuple, ref_out: _Outputs) -> conditioning.Conditioning:
         """Each output's rel-norm error with roundings simulated in the reference (Monte Carlo arithmetic),
         at the accumulator's unit roundoff (fp32's unless every output is float64)."""
         if self.reference_dtype is None:
-            return {}, []
+            return conditioning.Conditioning()
         named = ref_out.named()
         dtypes = self.expected_dtypes or [t.dtype for _, t in named]
         roundoff = max((accumulation_roundoff(d) for d in dtypes if d.is_floating_point or d.is_complex),
@@ -540,10 +540,10 @@ class _Run:
             return conditioning.measure(run, dict(named), roundoff=roundoff, seed=self.seed)
         except (GateFailure, DitgateUsageError):
             raise
-        except Exception as exc:  # noqa: BLE001 - the estimate does without it
+        except Exception as exc:  # noqa: BLE001 - the estimate does without it (out of memory included)
             if isinstance(exc, _UserRaised):
                 exc = exc.error
-            return {}, [f"conditioning run failed ({type(exc).__name__}): not used"]
+            return conditioning.Conditioning(notes=[f"conditioning run failed ({type(exc).__name__}): not used"])
 
     def _optional_run(self, pristine: tuple, dtype: torch.dtype | None, what: str, notes: list[str],
                       catch: tuple[type[BaseException], ...], transform: Callable[[Any], Any] | None = None) -> Any:
@@ -689,12 +689,12 @@ class _Run:
         result = compare.compare_output(name, cand, ref, tol, bound, local)
         if result.passed:
             return result
-        measured, notes = conditioned.get()
-        if name not in measured:
+        measured = conditioned.get()
+        if name not in measured.relative:
             return result
-        bound = honest.estimate(ref, same.get(name), magnitude.get(name), notes=runs.notes + tuple(notes),
-                                conditioning=measured[name], **settings)
-        return compare.compare_output(name, cand, ref, tol, bound, local)
+        bound = honest.estimate(ref, same.get(name), magnitude.get(name), notes=runs.notes + tuple(measured.notes),
+                                conditioning=measured.relative[name], **settings)
+        return compare.compare_output(name, cand, ref, tol, bound, local, measured.elementwise.get(name))
 
     def _equal_earlier_output(self, name: str, cand: torch.Tensor) -> int | None:
         mark = compare.fingerprint(cand)

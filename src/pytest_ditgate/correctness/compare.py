@@ -168,8 +168,8 @@ def local_scale(magnitude: torch.Tensor | None, reference: torch.Tensor) -> tupl
 
 
 def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, tolerance: Tolerance,
-                   honest: HonestBound | None = None,
-                   local: tuple[torch.Tensor, float] | None = None) -> OutputComparison:
+                   honest: HonestBound | None = None, local: tuple[torch.Tensor, float] | None = None,
+                   spread: torch.Tensor | None = None) -> OutputComparison:
     """Elementwise and relative-norm errors of ``candidate`` against ``reference`` (same shape).
 
     The norm bound is ``honest.bound`` (the table's ``rel_norm`` without an estimate). An element may err by
@@ -179,7 +179,8 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
     evenly over elements of one size are the norm's to judge. The table's ``atol`` is relative to the
     output's mean magnitude (an absolute 1.6e-2 would pass any bf16 output whose elements are all smaller);
     an ``atol`` the caller gives is absolute. An element may always differ by the spacing of the output's
-    dtype at the reference's value (no kernel rounds nearer; in fp16's subnormal range it is 6e-8).
+    dtype at the reference's value (no kernel rounds nearer; in fp16's subnormal range it is 6e-8), and, once
+    the conditioning is measured, by ``rule.conditioning`` x its own simulated rounding error (``spread``).
     """
     honest = honest if honest is not None else HonestBound.table_only(tolerance.rel_norm)
     result = OutputComparison(name=name, shape=tuple(candidate.shape),
@@ -192,8 +193,9 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
     atol = tolerance.atol * mean if tolerance.atol_relative else tolerance.atol
     factor = honest.rule.elementwise * honest.bound
     result.atol_used, result.scale = atol, mean
-    result.local_scale = local is not None
-    parts = [candidate, reference] + ([local[0]] if local is not None else [])
+    result.local_scale, result.conditioned = local is not None, spread is not None
+    parts = [candidate, reference] + ([local[0]] if local is not None else []) + \
+        ([spread] if spread is not None else [])
     zero = torch.zeros((), dtype=torch.float64, device=device)
     inf = torch.full((), float("inf"), dtype=torch.float64, device=device)
     ulp = None
@@ -230,6 +232,8 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
         del bound
         if ulp is not None:  # no output is nearer than its dtype's spacing at the value (subnormals)
             torch.maximum(allowed, _spacing(size, *ulp), out=allowed)
+        if spread is not None:  # the element's own conditioning (its simulated rounding error)
+            torch.maximum(allowed, flat[-1].double() * honest.rule.conditioning, out=allowed)
         stats["bad"].append((diff > allowed).sum())
         stats["abs"].append(diff.max())
         exact = diff == 0

@@ -20,6 +20,7 @@ fails once the other honest-error terms are in.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -88,29 +89,48 @@ class RoundingNoise(TorchDispatchMode):
         return tree_map(perturb, out)
 
 
+@dataclass
+class Conditioning:
+    """Per output: the RMS over the runs of its rel-norm error (``relative``) and of each element's error
+    (``elementwise``, float32, the output's shape); ``notes`` on outputs it could not measure."""
+
+    relative: dict[str, float] = field(default_factory=dict)
+    elementwise: dict[str, torch.Tensor] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
 def measure(run: Callable[[Any], list[tuple[str, torch.Tensor]]], reference: dict[str, torch.Tensor], *,
-            roundoff: float, seed: int, runs: int = RUNS) -> tuple[dict[str, float], list[str]]:
-    """The RMS over ``runs`` of each output's rel-norm error (``reference``: name -> the float64 output) when
-    ``run(mode)`` (the reference on float64 copies under the dispatch ``mode``, returning its named outputs)
-    runs with a :class:`RoundingNoise`; and notes on outputs it could not measure."""
+            roundoff: float, seed: int, runs: int = RUNS) -> Conditioning:
+    """Each output's error when ``run(mode)`` (the reference on float64 copies under the dispatch ``mode``,
+    returning its named outputs) runs ``runs`` times with a :class:`RoundingNoise`, against ``reference``
+    (name -> the float64 output): the RMS of its rel-norm error, and of each element's (an element's own
+    conditioning: where a few rows cancel, the norm is the others')."""
     squares: dict[str, list[float]] = {name: [] for name in reference}
-    notes: list[str] = []
+    spread: dict[str, torch.Tensor] = {}
     for index in range(runs):
         outputs = dict(run(RoundingNoise(roundoff, seed * 1000 + index)))
         for name, ref in reference.items():
+            if name not in squares:
+                continue
             other = outputs.get(name)
             norm = compare.norm(ref)
             gap = None if other is None or other.shape != ref.shape or norm == 0 else \
                 compare.gap_norm(other, ref)
             if gap is None:
-                squares.pop(name, None)
+                del squares[name]
+                spread.pop(name, None)
                 continue
-            if name in squares:
-                squares[name].append((gap / norm) ** 2)
+            squares[name].append((gap / norm) ** 2)
+            total = spread.setdefault(name, torch.zeros(ref.numel(), dtype=torch.float32, device=ref.device))
+            for start, (o, r) in compare.chunks(other, ref, device=ref.device):
+                error = (o.double() - r.double()).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+                total[start:start + error.numel()] += error.square_().float()
         del outputs
-    measured = {name: math.sqrt(sum(values) / len(values)) for name, values in squares.items() if values}
-    for name in reference:
-        if name not in measured:
-            notes.append(f"conditioning of {name} not measured (the perturbed reference was non-finite, zero or "
-                         "shaped otherwise)")
-    return measured, notes
+    result = Conditioning()
+    for name, values in squares.items():
+        if values:
+            result.relative[name] = math.sqrt(sum(values) / len(values))
+            result.elementwise[name] = spread[name].div_(len(values)).sqrt_().reshape(reference[name].shape)
+    result.notes = [f"conditioning of {name} not measured (the perturbed reference was non-finite, zero or shaped "
+                    "otherwise)" for name in reference if name not in result.relative]
+    return result

@@ -106,6 +106,7 @@ class OutputComparison:
     atol_used: float | None = None  # the absolute tolerance applied (the table's atol x the output's scale)
     scale: float | None = None  # the output's mean magnitude, mean(|ref|)
     local_scale: bool = False  # elements scaled by the size of their own terms (the |inputs| run)
+    conditioned: bool = False  # elements allowed their own simulated rounding error (the conditioning runs)
 
     def _scale_text(self) -> str:
         """The elementwise allowance's scale and absolute tolerance, as applied."""
@@ -113,7 +114,9 @@ class OutputComparison:
         if self.local_scale:
             scale = f"max({scale}, the size of the element's terms |f(|x|)| at the output's RMS)"
         atol = "" if self.atol_used is None else f"; atol applied {self.atol_used:.3g}"
-        return f"scale)); scale {scale}{atol}"
+        own = (f", or {self.honest.rule.conditioning:g} x the element's simulated rounding error"
+               if self.conditioned and self.honest is not None else "")
+        return f"scale)){own}; scale {scale}{atol}"
 
     @property
     def rel_norm_bound(self) -> float:
