@@ -327,10 +327,11 @@ class Case:
 
 
 MISMATCH = ("mismatch",)
-#: the valid input range a cross entropy declares: logits of 1e3 x N(0, 1) reach 4000, where any fp32 kernel
-#: that forms exp(x - lse) errs by u * |x| = 2.4e-4 in every exponent (1.3x the fp32 table on its worst seed);
-#: real logits stay within 100, and the "mixed" trial still scales rows up to 1e3
-LOGIT_SCALES = {"input_scales": (1e-3, 100.0, "mixed")}
+#: the valid input range a cross entropy declares: logits of 1e3 x N(0, 1) (the x1e3 trial, and rows of the
+#: mixed one) reach 4000, where an fp32 kernel that forms exp(x - lse) errs by u * |lse| in every probability
+#: (1.3x the fp32 norm bound at 4 rows; 9e-5 relative at a row's dominant probability at 512 rows, 1.1x its
+#: element's allowance), a formula that is not backward stable there; real logits stay within about 100
+LOGIT_SCALES = {"input_scales": (1e-3, 100.0)}
 
 CASES: tuple[Case, ...] = (
     Case("cross entropy fwd+bwd", ce_reference, _ce_inputs(4, 32000),
@@ -419,7 +420,8 @@ def check_wrong(case: Case, dtype: str, device: str = "cpu", *, gpu: bool = Fals
 @pytest.mark.parametrize("item", cases(), ids=_id)
 def test_llm_honest_variants_pass_ten_seeds_and_the_extremal_trials(item: tuple[Case, str]) -> None:
     reports = check_honest(*item)
-    assert all(len(r.trials) == SEEDS and len(r.extremal_trials) == 3 for r in reports.values())
+    scales = item[0].options.get("input_scales", (1e-3, 1e3, "mixed"))
+    assert all(len(r.trials) == SEEDS and len(r.extremal_trials) == len(scales) for r in reports.values())
 
 
 @pytest.mark.parametrize("item", cases(), ids=_id)
