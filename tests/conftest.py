@@ -46,9 +46,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     """Import torch once up front where it is installed: pytester's in-process runs restore ``sys.modules``
-    afterwards, and a torch first imported inside one run, then dropped, crashes on its next import."""
+    afterwards, and a torch first imported inside one run, then dropped, crashes on its next import. The same
+    holds for torch._dynamo, which entering any dispatch mode imports (the gate's poisoning, its float64
+    watch): dropped and imported again, it registers torch's test operators twice and raises."""
     try:
         import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401
     except ImportError:
         pass
 

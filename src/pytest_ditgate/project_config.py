@@ -53,7 +53,7 @@ def noise_floor(value: Any) -> float:
 PROJECT_KEYS: dict[str, str] = {
     "mutable_paths": "paths", "fixed_paths": "paths", "fixed_paths_lock": "string", "artefact_dir": "string",
     "quality_contract": "string", "classifier": "string", "lpips_weights": "string", "clip_weights": "string",
-    "clip_model": "string", "lanes": "lanes",
+    "clip_model": "string", "packages": "strings", "lanes": "lanes",
 }
 #: the keys of a ``[tool.ditgate.lanes.<name>]`` table (their values are checked by ``verdict/lane.py``)
 LANE_KEYS: dict[str, str] = {"tests": "paths", "class": "string", "objective": "string", "required": "strings",

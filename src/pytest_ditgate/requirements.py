@@ -198,12 +198,12 @@ def _tool(key: str, value: Any) -> VersionSpec | bool:
     return parse_version_spec(value, what=f"requires_gpu({key}=...)")
 
 
-def _packages(value: Any) -> tuple[tuple[str, VersionSpec | None], ...]:
+def _packages(value: Any, what: str = "requires_gpu(packages=...)") -> tuple[tuple[str, VersionSpec | None], ...]:
     """``"quack-kernels"``, ``"quack-kernels>=0.6.5"`` or a list of them: distribution names (as installed by
     pip, not import names), each with an optional version spec."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items or not all(isinstance(item, str) for item in items):
-        raise DitgateUsageError(f"requires_gpu(packages=...) takes a distribution name like 'quack-kernels' or "
+        raise DitgateUsageError(f"{what} takes a distribution name like 'quack-kernels' or "
                                 f"'quack-kernels>=0.6.5' (or a non-empty list of them), got {value!r}")
     parsed = []
     for item in items:
@@ -345,7 +345,18 @@ def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
             missing.append(tool if spec is True else f"{tool} {spec.text}")
         elif isinstance(spec, VersionSpec) and not spec.matches(_release(version)):
             missing.append(f"{tool} {spec.text} (found {version})")
-    for name, package_spec in req.packages:
+    return missing + _unmet_packages(req.packages)
+
+
+def missing_packages(value: Any) -> list[str]:
+    """``packages`` as ``requires_gpu(packages=...)`` takes them: each one not installed, or installed at a
+    version outside its spec, worded as in skip reasons (``liger-kernel>=0.8 (found 0.7.1)``)."""
+    return _unmet_packages(_packages(value))
+
+
+def _unmet_packages(packages: tuple[tuple[str, VersionSpec | None], ...]) -> list[str]:
+    missing = []
+    for name, package_spec in packages:
         version = package_version(name)
         if version is None:
             missing.append(f"{_package_text(name, package_spec)} (not installed)")

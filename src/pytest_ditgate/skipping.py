@@ -7,7 +7,7 @@ None) and the hooks only act on it, like pytest's own ``skipping.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -30,6 +30,23 @@ MARKER_DOCS = (
 @dataclass(frozen=True)
 class Skip:
     reason: str
+
+
+def import_or_skip(module: str, package: str | list[str] | None = None, *, why: str | None = None) -> Any:
+    """Import ``module`` for a test module that uses it at its top, where ``requires_gpu(packages=...)``
+    comes too late (a missing package is then a collection error): when ``package`` (pip's distribution
+    name, with an optional version spec: ``"liger-kernel>=0.8.5"``; default ``module``) is missing or too
+    old, the whole module is skipped with the marker's wording (``needs liger-kernel>=0.8.5 (not installed)
+    for fused kernels``). ``liger = import_or_skip("liger_kernel", "liger-kernel>=0.8.5")``."""
+    import importlib
+
+    from pytest_ditgate.requirements import missing_packages
+
+    missing = missing_packages(package if package is not None else module)
+    if missing:
+        purpose = f" for {why}" if why else ""
+        pytest.skip(f"needs {', '.join(missing)}{purpose}", allow_module_level=True)
+    return importlib.import_module(module)
 
 
 def item_requirements(item: pytest.Item) -> list["Requirements"]:
