@@ -329,6 +329,19 @@ def stage_loop(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
             "passed": code == 0 and bool(targets) and not failures}
 
 
+def stage_attacks(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
+    """Each attack class as an edit of the DiT lane's candidate, judged end to end: refused with its reason."""
+    code, seconds = run_logged([sys.executable, "scripts/agent_loop_attacks.py", "--json", str(logs / "attacks.json")],
+                               logs / "attacks.log", limit, env)
+    targets, failures = targets_from(logs / "attacks.json", lambda d: d["targets"])
+    failures += [f"{t['name']}: got exit {t['value']} ({'; '.join(t.get('reasons') or [])[:300]}), expected "
+                 f"{t['limit']} naming {t.get('reason')!r}" for t in targets if not t["pass"]]
+    if code != 0 and not failures:
+        failures.append(f"the attacks script exited {code}: see attacks.log")
+    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
+            "passed": code == 0 and bool(targets) and not failures}
+
+
 def _source(*functions: Callable[..., Any]) -> str:
     return "".join(inspect.getsource(f) for f in functions)
 
@@ -354,6 +367,8 @@ STAGES = [
     Stage("memory", "whole", ("benchmarks/kernel_check_memory.py",), "benchmarks/kernel_check_memory.py", 300,
           _source(memory_targets, _target), per_device=True),
     Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_loop)),
+    Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
+          _source(stage_attacks)),
 ]
 BY_NAME = {stage.name: stage for stage in STAGES}
 TEST_RUNNERS = {"plugin": run_plugin, "suites": run_suites, "corpus": run_corpus}
@@ -374,4 +389,6 @@ def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded
     if stage.name in bench:
         script, result_name, convert = bench[stage.name]
         return benchmark_stage(script, BENCH_ARGS[stage.name], result_name, convert, logs, stage.limit_s, out, env)
+    if stage.name == "attacks":
+        return stage_attacks(logs, stage.limit_s, env)
     return stage_loop(logs, stage.limit_s, env)
