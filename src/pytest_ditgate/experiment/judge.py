@@ -305,7 +305,7 @@ class Judge:
         facts.outcomes = list(evidence.outcomes.values())
         facts.child = {"folder": str(out), "exit_code": returncode, "ran": sorted(evidence.ran),
                        "observed": {k: evidence.observed.get(k)
-                                    for k in ("modules", "gemms", "ops", "scan_s", "collected")},
+                                    for k in ("modules", "gemms", "tf32_gemms", "ops", "scan_s", "collected")},
                        "unparsable_lines": evidence.skipped_lines}
         if returncode not in (0, 1):
             facts.problems.append((Category.CRASH, f"the lane's pytest run exited with {returncode} "
@@ -385,9 +385,9 @@ class Judge:
         except OSError as exc:
             print(f"ditgate: could not write the ledger under {self.artefacts}: {exc}", file=sys.stderr)
             return EXIT_CODES["crash"]
-        return self.report(verdict)
+        return self.report(verdict, detail.get("quality"))
 
-    def report(self, verdict: Any) -> int:
+    def report(self, verdict: Any, quality: list[dict[str, Any]] | None = None) -> int:
         print(f"VERDICT: {verdict.headline()}  (exit code {verdict.exit_code})")
         if verdict.declared_class != verdict.experiment_class:
             print(f"class: declared {verdict.declared_class}, judged as {verdict.experiment_class}")
@@ -397,6 +397,8 @@ class Judge:
                   + (f"; {o['vs_best']}" if o.get("vs_best") else ""))
         for reason in verdict.reasons[:20]:
             print(f"  - {reason}")
+        for note in sorted({q["judged_on"] for q in quality or () if q.get("judged_on")}):
+            print(f"note: {note}")
         print(f"verdict: {self.artefacts / VERDICT_FILE}")
         return verdict.exit_code
 

@@ -73,6 +73,7 @@ class QualityResult:
     tolerance_scale: float = 1.0
     contract: str = ""
     perceptual: list[str] = field(default_factory=list)  # learned metrics that judged this case
+    structural: str | None = None  # why no metric judged this case (the contract's [structural] table)
 
     @property
     def transition(self) -> str:
@@ -89,7 +90,7 @@ class QualityResult:
                  f"tolerance x{self.tolerance_scale:g}, {self.transition}) against {self.contract}:"]
         lines += [f"  FAIL {text}" for text in self.failures]
         lines += [f"  image: {path}" for path in self.images]
-        lines += [f"  note: {text}" for text in self.notes]
+        lines += [f"  note: {text}" for text in self.notes + ([self.structural] if self.structural else [])]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
@@ -155,6 +156,9 @@ def evaluate_quality(candidate: Mapping[str, "torch.Tensor"], baseline: Mapping[
     run = _CaseRun(result, contract, tolerance_scale, prompts, image_range or contract.image_range,
                    models or default_models(), labels)
     run.prepare(candidate, baseline, kinds)
+    result.structural = contract.structure_only(experiment_class, case)
+    if result.structural:  # shapes, finiteness and image range were judged by prepare(); no metric means anything
+        return result
     applicable = [rule for rule in rules if rule.applies_to(case)]
     if not applicable:  # judging with no rule would pass anything
         raise DitgateUsageError(f"quality contract {contract.path}: no rule of class {experiment_class!r} judges case "
