@@ -66,3 +66,16 @@ def test_the_table_names_classes_and_takes_case_patterns() -> None:
     assert contract.to_dict()["structural"] == {"approximate": ["!shapes-*"]}
     assert contract.structure_only("quantization", "tiny-ddim-8") is None
 
+
+def test_the_repository_contract_judges_random_weights_structurally_under_approximate_only() -> None:
+    from pathlib import Path
+
+    from pytest_ditgate.quality.contract import load_contract
+
+    contract = load_contract(Path(__file__).resolve().parents[2] / "fixtures" / "quality_contract.toml")
+    for case in ("tiny-ddim-8", "tiny-euler-6-nocfg", "xl-ddim-10"):
+        assert contract.structure_only("approximate", case)
+        assert all(contract.structure_only(cls, case) is None for cls in ("exact", "numerical", "quantization"))
+    assert contract.structure_only("approximate", "shapes-ddim-50") is None
+    learned = {r.metric for r in contract.rules("approximate") if r.applies_to("shapes-ddim-20") and r.required}
+    assert learned == {"class_accuracy", "frechet_distance"}
