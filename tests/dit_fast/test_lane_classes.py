@@ -9,6 +9,7 @@ numerical included); the honest one is judged, not crashed.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -51,8 +52,11 @@ CANDIDATES = [
 def test_the_lane_judges_each_class(tmp_path: Path, change, tests, claimed, passes, words) -> None:
     (tmp_path / "class_candidate.py").write_text(
         "import dit_impl.fast.candidate as candidate\nfrom dit_impl.fast.sampler import SamplerOptions\n" + change)
-    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "PATH": "/usr/bin:/bin", "OMP_NUM_THREADS": "1",
-           "HOME": str(tmp_path)}
+    # this process's environment (the GPU check's recorder on PYTHONPATH included), without ditgate or pytest
+    # switches, with the candidate's change importable
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DITGATE_", "PYTEST_"))}
+    env.update(OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join(
+        [str(tmp_path), str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]))
     done = subprocess.run([sys.executable, "-m", "pytest", "--ditgate", f"--ditgate-class={claimed}",
                            "-p", "class_candidate", "-p", "no:cacheprovider", "-q", "-rA", *tests],
                           cwd=ROOT, capture_output=True, text=True, timeout=600, env=env)
