@@ -87,10 +87,11 @@ def test_float32_outputs_of_tf32_gemms_are_held_to_tf32s_limits(tmp_path) -> Non
 
     float32 = {"act": torch.ones(4, 4)}
     ran = ChildEvidence(tmp_path, observed={"tf32_gemms": 3})
-    assert _tf32_dtype(ran, float32) == "tf32"
-    assert _tf32_dtype(ran, {"act": torch.ones(4, 4, dtype=torch.bfloat16)}) is None  # bf16 outputs are bf16's
-    assert _tf32_dtype(ChildEvidence(tmp_path, observed={"tf32_gemms": 0}), float32) is None
-    assert _tf32_dtype(ChildEvidence(tmp_path, observed={"tf32_gemms": "3"}), float32) is None  # forged: ignored
+    assert _tf32_dtype(ran, float32, "sm_90") == "tf32"
+    assert _tf32_dtype(ran, float32, "cpu") is None  # an output of the CPU cases never ran TF32
+    assert _tf32_dtype(ran, {"act": torch.ones(4, 4, dtype=torch.bfloat16)}, "sm_90") is None  # bf16's limits
+    assert _tf32_dtype(ChildEvidence(tmp_path, observed={"tf32_gemms": 0}), float32, "sm_90") is None
+    assert _tf32_dtype(ChildEvidence(tmp_path, observed={"tf32_gemms": "3"}), float32, "sm_90") is None  # forged
 
     contract = tmp_path / "c.toml"
     contract.write_text('[metrics.rel_l2]\nkinds = ["activation"]\n[metrics.rel_l2.numerical]\n'

@@ -179,7 +179,7 @@ def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], expe
         try:
             passed, lines, metrics, structural = _compare(shared, hit, experiment_class, contract, name,
                                                           {**_quality_inputs(hit.entry, shared, models),
-                                                           "compute_dtype": _tf32_dtype(evidence, shared)})
+                                                           "compute_dtype": _tf32_dtype(evidence, shared, key)})
         except DitgateUsageError as exc:  # a golden or setup the contract cannot read (a candidate's bad tensors
             problems.append((Category.CRASH, f"output {label}: cannot be judged: {exc}"))  # are quality failures)
             continue
@@ -227,13 +227,14 @@ def _quality_inputs(entry: Any, shared: dict[str, Any], models: Any) -> dict[str
     return {**for_tensors(frozen_record(entry.provenance), shared), "models": models}
 
 
-def _tf32_dtype(evidence: ChildEvidence, tensors: dict[str, Any]) -> str | None:
-    """``tf32`` when the candidate's process ran float32 GEMMs on a GPU with TF32 allowed and these outputs are
-    float32: they are judged at TF32's limits, by what executed (None: by the outputs' own dtype)."""
+def _tf32_dtype(evidence: ChildEvidence, tensors: dict[str, Any], key: str) -> str | None:
+    """``tf32`` when the candidate's process ran float32 GEMMs on a GPU with TF32 allowed and these outputs,
+    checked under a GPU's key, are float32: they are judged at TF32's limits, by what executed (None: by the
+    outputs' own dtype; a CPU output never ran TF32)."""
     import torch
 
     ran = evidence.observed.get("tf32_gemms")
-    if not (isinstance(ran, int) and ran > 0):
+    if not (isinstance(ran, int) and ran > 0) or _device_or_none(key) in (None, "cpu"):
         return None
     return "tf32" if all(t.dtype == torch.float32 for t in tensors.values()) else None
 
