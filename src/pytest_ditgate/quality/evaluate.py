@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     import torch
 
 _defaults: PerceptualModels | None = None
+#: relative rounding a score's regression may show beyond its limit and still be within it
+ROUNDING = 1e-9
 
 
 def default_models() -> PerceptualModels:
@@ -355,17 +357,22 @@ class _CaseRun:
             out.append(Check(name, value, f"{key} {_fmt(bound)} {tag}{scaled}", ok, base, inherited, rule.source))
         if base is not None:
             regression = base - value if spec.direction == HIGHER else value - base
+            # a regression equal to its limit is within it, whatever the last bit of its subtraction says (an
+            # accuracy over ten images moves in steps of 0.1: 0.8 - 0.7 reads 0.10000000000000009)
+            slack = ROUNDING * max(1.0, abs(base))
             if rule.experiment_class == "quantization":  # zero regression, within the measured seed noise
                 allowed = rule.noise or 0.0
                 label = ("no regression (quantization: candidate must match or beat the baseline)" if not allowed
                          else f"no regression beyond seed noise {_fmt(allowed)} (quantization)")
-                out.append(Check(name, value, f"{label} {tag}", regression <= allowed, base, False, rule.source))
+                out.append(Check(name, value, f"{label} {tag}", regression <= allowed + slack, base, False,
+                                 rule.source))
                 return out
             abs_lim, rel_lim = rule.limit("abs", dtype), rule.limit("rel", dtype)
             if abs_lim is not None or rel_lim is not None:
                 allowed = ((abs_lim or 0.0) + (rel_lim or 0.0) * abs(base)) * self.scale
                 label = f"regression <= {_fmt(allowed)} (abs {abs_lim}, rel {rel_lim})"
-                out.append(Check(name, value, f"{label} {tag}", regression <= allowed, base, False, rule.source))
+                out.append(Check(name, value, f"{label} {tag}", regression <= allowed + slack, base, False,
+                                 rule.source))
         return out
 
     def _loosen(self, ideal: float | None, bound: float) -> float:
