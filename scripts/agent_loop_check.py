@@ -23,7 +23,7 @@ same tests doing the same work, the lane best they re-measure read from the judg
 interleaved with the judged ``ditgate experiment`` runs in two configurations of the candidate: plain,
 the two empty commits, plain; then, on the honest candidate's commit, one untimed plain run that builds the
 new configuration's kernels into the caches, then plain, judged, plain. The ratio is the geometric mean over
-the configurations of mean judged / mean plain time; the target is <= 1.10 on a GPU (the issue's
+the configurations of mean judged / mean plain time; the target is <= 1.25 on a GPU (issue 46's
 acceptance), reported as info on the CPU. A single pair of runs can read 0.88 to 1.30 on the H200: the lane's
 adaptive timing moves the tests' own time by seconds. So the record also splits each judged run as the
 judge logs it: its own work before and after the child, and the child's wall time.
@@ -49,8 +49,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LANE = "dit"
-#: the judge adds at most this fraction to an experiment's wall time on the DiT lane (issue 14)
-COST_LIMIT = 1.10
+#: the judge adds at most this fraction to an experiment's wall time on the DiT lane (issue 46: it times the lane
+#: itself, in two processes of its own, on top of the child's tests)
+COST_LIMIT = 1.25
 #: the judge's own timing line (pytest_ditgate.experiment.judge), printed after every experiment
 JUDGE_TIME = re.compile(r"ditgate: judge time: ([\d.]+) s before the child, ([\d.]+) s the child, ([\d.]+) s after it")
 SKIP = shutil.ignore_patterns(".git", ".venv", ".whl", ".gl", ".ditgate", "__pycache__", "*.pyc", ".pytest_cache",

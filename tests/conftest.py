@@ -15,7 +15,9 @@ BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 #: files fill in around them (scripts/test hands whole files to its two xdist workers in collection order:
 #: ``--dist loadfile --no-loadscope-reorder``); every other file keeps its place after them
 LONGEST_FIRST = (
+    "plugin/test_judge_timing.py",       # a timed baseline and ten judged runs, each timed by the judge
     "plugin/test_judge_runs.py",         # seven judged runs
+    "plugin/test_judge_baseline.py",     # baselines of fresh projects (two runs each) and their failures
     "gates/dit/test_shapes.py",          # the shapes case sampled three times
     "dit_fast/test_lane_classes.py",     # seven pytest runs of the DiT lane's quality tests
     "plugin/test_bench_fixture.py",      # ditbench in pytest subprocesses, one with xdist workers
@@ -46,9 +48,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_configure(config: pytest.Config) -> None:
     """Import torch once up front where it is installed: pytester's in-process runs restore ``sys.modules``
-    afterwards, and a torch first imported inside one run, then dropped, crashes on its next import."""
+    afterwards, and a torch first imported inside one run, then dropped, crashes on its next import. The same
+    holds for torch._dynamo, which entering any dispatch mode imports (the gate's poisoning, its float64
+    watch): dropped and imported again, it registers torch's test operators twice and raises."""
     try:
         import torch  # noqa: F401
+        import torch._dynamo  # noqa: F401
     except ImportError:
         pass
 

@@ -27,6 +27,7 @@ _LAZY = {
     "compare": "pytest_ditgate.bench",
     "Comparison": "pytest_ditgate.bench",
     "rated": "pytest_ditgate.bench.rated",
+    "import_or_skip": "pytest_ditgate.skipping",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -84,6 +84,21 @@ def _describe(value: Any, depth: int) -> str:
     return type_name(value)
 
 
+def closest(name: str, choices: Any) -> str | None:
+    """The one of ``choices`` that ``name`` is a likely typo of, or None."""
+    import difflib
+
+    close = difflib.get_close_matches(str(name), [str(c) for c in choices], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def did_you_mean(name: str, choices: Any, *, prefix: str = "") -> str:
+    """``"; did you mean 'fixed_paths'?"`` when ``name`` is close to one of ``choices`` (a typo), else ``""``: the
+    tail every message about an unknown key, option or name gives (``prefix`` goes before the suggestion)."""
+    close = closest(name, choices)
+    return f"; did you mean {prefix + close!r}?" if close else ""
+
+
 def is_torch_tensor(value: Any) -> bool:
     """Whether ``value`` is a torch tensor (or subclass), without importing torch (no torch: it cannot be)."""
     import sys

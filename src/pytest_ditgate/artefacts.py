@@ -38,9 +38,11 @@ def resolve_artefact_dir(root: str | Path, option: str | None = None, *, env: Ma
 
 def command_artefact_dir(option: str | None = None) -> Path:
     """The folder a ``ditgate`` command reads: ``option`` (its ``--dir``, taken from the current folder), else
-    what pytest run at the project root uses."""
+    what pytest run at the project root uses. A ``[tool.ditgate]`` table that fails its checks raises
+    DitgateUsageError (the command's exit 4), as it fails ``pytest --ditgate``."""
     explicit = str(Path(option).expanduser().absolute()) if option else None
-    return resolve_artefact_dir(find_project_root(), explicit)
+    root = find_project_root()
+    return resolve_artefact_dir(root, explicit, table=load_project_config(root))  # a bad [tool.ditgate]: exit 4
 
 
 def named_by(option: str | None, otherwise: str, *, env: Mapping[str, str] | None = None) -> str:

@@ -100,6 +100,12 @@ def _report(args: argparse.Namespace) -> int:
         raise DitgateUsageError(f"{source}: no such ledger folder {root} (run pytest --ditgate first, or name the "
                                 "folder given to --ditgate-dir with --dir or DITGATE_DIR)")
     out = Path(args.out or root / "report.html")
+    if args.out:
+        from pytest_ditgate.project_config import find_project_root, output_file_problem
+
+        problem = output_file_problem(out, find_project_root())
+        if problem is not None:
+            raise DitgateUsageError(f"--out {args.out}: {problem}")
     page = build_report(root)
     for note in page.notes:
         print(f"ditgate report: note: {note}", file=sys.stderr)
@@ -126,7 +132,7 @@ def _judge(args: argparse.Namespace) -> int:
     from pytest_ditgate.experiment.bootstrap import JUDGE
 
     argv = [args.command, "--lane", args.lane]
-    if getattr(args, "cls", None):
+    if getattr(args, "cls", None) is not None:
         argv += ["--class", args.cls]
     if getattr(args, "description", None):
         argv += ["--description", args.description]
@@ -134,7 +140,14 @@ def _judge(args: argparse.Namespace) -> int:
 
     root = str(find_project_root())
     command = [sys.executable, "-B", "-P", "-c", JUDGE, root, *argv]
-    return subprocess.run(command, cwd=root, env=dict(os.environ)).returncode
+    judge = subprocess.Popen(command, cwd=root, env=dict(os.environ))
+    while True:
+        try:
+            return judge.wait()
+        except KeyboardInterrupt:
+            # Ctrl-C reaches the judge too (same process group): it stops its run and puts the tree back
+            # (a baseline is one transaction), which must not be cut short by killing it here
+            continue
 
 
 def _add_baseline(sub: argparse._SubParsersAction) -> None:
@@ -149,7 +162,9 @@ def _add_experiment(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("experiment", help="judge the checked-out commit in a lane: exit 0 KEEP, 10-14 "
                                                "DISCARD (quality, performance, integrity, scope, class), 15 CRASH")
     parser.add_argument("--lane", required=True)
-    parser.add_argument("--class", dest="cls", default=None,
+    from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
+
+    parser.add_argument("--class", dest="cls", default=None, choices=EXPERIMENT_CLASSES,
                         help="the class you claim (exact, numerical, approximate, quantization); default: the lane's")
     parser.add_argument("--description", default="", help="one line: the causal hypothesis of this commit")
     parser.set_defaults(handler=_judge)

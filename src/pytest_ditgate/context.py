@@ -35,15 +35,22 @@ class DitgateContext:
     @classmethod
     def from_config(cls, config: pytest.Config) -> "DitgateContext":
         from pytest_ditgate.artefacts import named_by, resolve_artefact_dir
-        from pytest_ditgate.project_config import missing_folder_problem
+        from pytest_ditgate.errors import DitgateUsageError
+        from pytest_ditgate.project_config import load_project_config, missing_folder_problem
 
+        enabled = bool(options.get_option(config, options.ENABLE))
+        table = None
+        if enabled:  # the gates on: [tool.ditgate] is checked now, before anything reads or writes by it
+            try:
+                table = load_project_config(config.rootpath)
+            except DitgateUsageError as exc:
+                raise pytest.UsageError(str(exc)) from None
         option = options.get_option(config, options.ARTEFACT_DIR)
-        artefact_dir = resolve_artefact_dir(config.rootpath, option)
+        artefact_dir = resolve_artefact_dir(config.rootpath, option, table=table)
         source = named_by(f"--ditgate-dir={option}" if option else None, "[tool.ditgate] artefact_dir")
         if artefact_dir.exists() and not artefact_dir.is_dir():
             raise pytest.UsageError(f"{source}: {artefact_dir} is a file, not a folder; the run "
                                     "artefacts (ledgers, environment.json, images) need a folder")
-        enabled = bool(options.get_option(config, options.ENABLE))
         problem = missing_folder_problem(artefact_dir, config.rootpath) if enabled else None
         if problem is not None:
             raise pytest.UsageError(f"{source}: {problem}")

@@ -140,7 +140,7 @@ def run_doctor(*, target: str | None = None, artefact_dir: str | None = None, de
         from pytest_ditgate.errors import DitgateUsageError
         from pytest_ditgate.target import evaluate_target
 
-        mismatch = evaluate_target(target, device)
+        mismatch = evaluate_target(target, real or device, profile=device.profile_name)
         if mismatch is not None:
             report.problems.append(mismatch.message)
     return report

@@ -22,3 +22,12 @@ class DitgateUsageError(ValueError):
 
 class ProfileError(DitgateUsageError):
     """A device profile could not be found or is malformed."""
+
+
+class DitgateResourceError(DitgateUsageError):
+    """A check cannot run within this machine's memory: the message names the sizes and what to change."""
+
+
+class DitgateWarning(UserWarning):
+    """Something a check measured that its result depends on (e.g. a reference computing in float32 during
+    its float64 run)."""

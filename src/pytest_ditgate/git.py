@@ -7,9 +7,13 @@ of a run (``environment.json``, a golden's manifest entry) names its commit with
 
 from __future__ import annotations
 
+import contextlib
 import os
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
+from typing import Iterator
 
 #: names the measured commit where git cannot (a copied tree on a GPU host, perhaps with a stale .git)
 COMMIT_ENV = "DITGATE_COMMIT"
@@ -81,6 +85,75 @@ def dirty(root: str | Path) -> bool:
     return bool(git(root, "status", "--porcelain").strip())
 
 
+def uncommitted(root: str | Path) -> list[str]:
+    """Every path whose working-tree state is not its committed state: staged, unstaged, untracked (files git
+    ignores are not listed), relative to the repository's top level, sorted."""
+    out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
+
+
+def untracked(root: str | Path) -> set[str]:
+    """Untracked files git does not ignore, relative to ``root``."""
+    return {line for line in git(root, "ls-files", "-z", "--others", "--exclude-standard").split("\0") if line}
+
+
+def ignored(root: str | Path, paths: list[str]) -> list[str]:
+    """Files and folders (a folder ends in ``/``) that git ignores under ``paths`` (pathspecs relative to
+    ``root``), sorted; none when ``paths`` is empty."""
+    if not paths:
+        return []
+    out = git(root, "ls-files", "-z", "--others", "--ignored", "--exclude-standard", "--directory", "--", *paths)
+    return sorted(line for line in out.split("\0") if line)
+
+
+def work_tree_problem(root: str | Path) -> str | None:
+    """Why ``root`` cannot hold a commit (None when it can): not inside a git working tree, or git is missing."""
+    try:
+        inside = git(root, "rev-parse", "--is-inside-work-tree", timeout=30, check=False).strip()
+    except GitError as exc:
+        return f"git cannot run here ({exc})"
+    if inside != "true":
+        return f"{root} is not inside a git working tree (run `git init` and commit the project first)"
+    return None
+
+
+def identity_problem(root: str | Path) -> str | None:
+    """Why a commit in ``root`` would fail for want of an author or committer (None when git knows both):
+    ``git var`` asks exactly what ``git commit`` would."""
+    for what in ("GIT_AUTHOR_IDENT", "GIT_COMMITTER_IDENT"):
+        try:
+            git(root, "var", what, timeout=30)
+        except GitError as exc:
+            detail = str(exc).splitlines()[-1] if str(exc) else what
+            return (f"git does not know who commits here ({what}: {detail}); set it with "
+                    "`git config user.name \"...\"` and `git config user.email ...` (or GIT_AUTHOR_NAME/EMAIL and "
+                    "GIT_COMMITTER_NAME/EMAIL)")
+    return None
+
+
+def write_tree(root: str | Path) -> str:
+    """The tree object of the index as it is now (to put the index back with :func:`read_tree`)."""
+    return git(root, "write-tree").strip()
+
+
+def read_tree(root: str | Path, tree: str) -> None:
+    """Make the index exactly ``tree`` (the working tree is not touched)."""
+    git(root, "read-tree", tree)
+
+
+def move_head(root: str | Path, commit: str | None) -> None:
+    """Point the current branch at ``commit`` without touching the index or the working tree (None: back to an
+    unborn branch, as before a repository's first commit)."""
+    if commit is None:
+        git(root, "update-ref", "-d", "HEAD")
+    else:
+        git(root, "update-ref", "HEAD", commit)
+
+
+def delete_ref(root: str | Path, ref: str) -> None:
+    git(root, "update-ref", "-d", ref)
+
+
 def commit_all(root: str | Path, message: str) -> str:
     """``git add -A`` and commit (empty allowed); the new commit id."""
     git(root, "add", "-A")
@@ -111,3 +184,27 @@ def show(root: str | Path, commit: str, path: str) -> str | None:
         return git(root, "show", f"{commit}:{path}")
     except GitError:
         return None
+
+
+@contextlib.contextmanager
+def read_only_checkout(root: str | Path, commit: str, parent: str | Path) -> Iterator[Path]:
+    """A checkout of ``commit`` in a new folder under ``parent`` (a detached ``git worktree``), its files made
+    read-only, removed with its worktree record afterwards: the lane best's code, as committed, for the judge's
+    comparator process."""
+    folder = Path(tempfile.mkdtemp(prefix="best-", dir=parent)) / "tree"
+    git(root, "worktree", "add", "--detach", "--quiet", str(folder), commit, timeout=600)
+    try:
+        for path in folder.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                path.chmod(path.stat().st_mode & ~0o222)
+        yield folder
+    finally:
+        for path in folder.rglob("*"):
+            if not path.is_symlink():
+                try:
+                    path.chmod(path.stat().st_mode | 0o200)
+                except OSError:
+                    pass
+        git(root, "worktree", "remove", "--force", str(folder), check=False)
+        git(root, "worktree", "prune", check=False)
+        shutil.rmtree(folder.parent, ignore_errors=True)

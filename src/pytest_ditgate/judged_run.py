@@ -25,6 +25,10 @@ TESTS = "tests.jsonl"
 CLASS = "class.json"
 #: the lane best the judge hands to the child (written by the judge before the child starts)
 LANE_BEST = "lane_best.json"
+#: set by the judge when it times the lane itself: the child leaves out the tests that time (``ditbench``)
+JUDGE_TIMES_ENV = "DITGATE_JUDGE_TIMES"
+#: in the child's folder: the node ids it left out for that reason
+TIMED_BY_JUDGE = "timed_by_judge.json"
 
 
 def in_judged_run() -> bool:

@@ -104,6 +104,51 @@ def validate_all(config: pytest.Config, specs: Iterable[OptionSpec]) -> None:
         get_option(config, spec)
 
 
+def ini_keys(config: pytest.Config) -> set[str]:
+    """The keys the run's ini file sets (``[pytest]``, ``[tool:pytest]``, ``[tool.pytest.ini_options]`` or
+    ``[tool.pytest]``), and those given with ``-o``: read from the file pytest chose (``config.inipath``)."""
+    import configparser
+
+    keys: set[str] = set()
+    path = config.inipath
+    if path is not None and path.is_file():
+        if path.suffix == ".toml":
+            from pytest_ditgate.project_config import read_pyproject
+
+            try:
+                tool = read_pyproject(path).get("tool", {})
+            except ValueError:
+                tool = {}
+            table = tool.get("pytest", {}) if isinstance(tool, dict) else {}
+            if isinstance(table, dict):
+                options = table.get("ini_options", {})
+                keys.update(k for k in table if k != "ini_options")
+                keys.update(options if isinstance(options, dict) else ())
+        else:
+            parser = configparser.ConfigParser(interpolation=None)
+            try:
+                parser.read(path, encoding="utf-8")
+            except (configparser.Error, UnicodeDecodeError):
+                pass
+            for section in ("pytest", "tool:pytest"):
+                if parser.has_section(section):
+                    keys.update(parser.options(section))
+    for override in config.getoption("override_ini", default=None) or ():
+        keys.add(str(override).split("=", 1)[0].strip())
+    return keys
+
+
+def unknown_ini_keys(config: pytest.Config, specs: Iterable[OptionSpec]) -> list[str]:
+    """``ini option ditgate_bench_budget: not a ditgate setting; did you mean 'ditgate_bench_budget_ms'?`` for each
+    ``ditgate*`` ini key no option declares: pytest only warns about an unknown key, and the run would go on
+    without the setting meant."""
+    from pytest_ditgate.arguments import did_you_mean
+
+    known = {spec.ini for spec in specs}
+    return [f"ini option {key}: not a ditgate setting{did_you_mean(key, sorted(known))}"
+            for key in sorted(ini_keys(config)) if key.startswith("ditgate") and key not in known]
+
+
 def positive_int(text: str) -> int:
     """``type=`` parser: an integer >= 1."""
     value = int(text)
@@ -118,6 +163,14 @@ def positive_float(text: str) -> float:
     if value <= 0:
         raise ValueError(f"must be > 0, got {value}")
     return value
+
+
+def noise_floor_text(text: str) -> float:
+    """``type=`` parser of ``--ditgate-min-improvement``: a lane's noise floor
+    (:func:`~pytest_ditgate.project_config.noise_floor`) given as text."""
+    from pytest_ditgate.project_config import noise_floor
+
+    return noise_floor(float(text))
 
 
 ENABLE = OptionSpec("--ditgate", "turn the ditgate gates on (without it gate tests are skipped)", kind="bool")

@@ -70,6 +70,9 @@ def pytest_configure(config: pytest.Config) -> None:
     if not context.enabled:
         _refuse_gate_flags_without_gates(config)
     else:  # every ini value checked now: a typo is exit 4 before any test, not an error in the 50th
+        unknown = options.unknown_ini_keys(config, [*options.CORE_OPTIONS, *concern_options()])
+        if unknown:
+            raise pytest.UsageError("; ".join(unknown))
         options.validate_all(config, concern_options())
     names = ALWAYS + (WHEN_ENABLED if context.enabled else ())
     for module in _modules(names):
@@ -88,10 +91,15 @@ def _refuse_gate_flags_without_gates(config: pytest.Config) -> None:
 
 
 def _check_target(context: DitgateContext) -> None:
+    """The target is checked against the machine's real device: a device profile changes skip decisions only,
+    so a runner without its GPU cannot pass ``--ditgate-target=a5500`` by naming an A5500 profile."""
+    from pytest_ditgate.device import real_device
     from pytest_ditgate.target import evaluate_target
 
     try:
-        mismatch = evaluate_target(context.target or "", context.device())
+        device = context.device()  # a bad DITGATE_DEVICE_PROFILE is a usage error here too
+        real = real_device()
+        mismatch = evaluate_target(context.target or "", real, profile=device.profile_name)
     except DitgateUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
     if mismatch is not None:

@@ -2,14 +2,19 @@
 
 Examples: the fixed paths a candidate may never touch, the mutable paths it may edit, the quality
 contract's location. Read once per session from the rootdir; a missing file or table is an empty config.
+Every read checks the table against :data:`PROJECT_KEYS` (and each lane against :data:`LANE_KEYS`): an unknown
+key (``fixed_path``, with a did-you-mean) or a value of the wrong type (``artefact_dir = 5``, ``lanes = "fwd"``)
+is a usage error naming it, never a setting silently ignored (a misspelt ``fixed_paths`` would lock nothing).
 """
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any
 
+from pytest_ditgate.arguments import did_you_mean
 from pytest_ditgate.errors import DitgateUsageError
 
 if sys.version_info >= (3, 11):
@@ -29,14 +34,118 @@ def read_pyproject(path: str | Path) -> dict[str, Any]:
         raise DitgateUsageError(f"{path}: cannot parse ({exc})") from None
 
 
+#: a noise floor (``min_improvement``) is a fraction: 0.02 asks for 2 %; half or more would keep nothing real
+MAX_NOISE_FLOOR = 0.5
+
+
+def noise_floor(value: Any) -> float:
+    """``value`` as a lane's noise floor: a finite number in [0, 0.5); ValueError otherwise, saying that ``2`` is
+    not 2 % (write 0.02)."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and 0.0 <= value < MAX_NOISE_FLOOR:
+        return float(value)
+    hint = f" (a fraction: write {value / 100:g} for {value:g} %)" if ok and 1 <= value < 100 else ""
+    raise ValueError(f"must be a number in [0, {MAX_NOISE_FLOOR:g}), got {value!r}{hint}")
+
+
+#: what each key of ``[tool.ditgate]`` holds: ``paths``/``strings`` a list of non-empty strings, ``string`` a
+#: non-empty string, ``number`` a finite number, ``lanes`` a table of lane tables
+PROJECT_KEYS: dict[str, str] = {
+    "mutable_paths": "paths", "fixed_paths": "paths", "fixed_paths_lock": "string", "artefact_dir": "string",
+    "quality_contract": "string", "classifier": "string", "lpips_weights": "string", "clip_weights": "string",
+    "clip_model": "string", "packages": "strings", "lanes": "lanes",
+}
+#: the keys of a ``[tool.ditgate.lanes.<name>]`` table (their values are checked by ``verdict/lane.py``)
+LANE_KEYS: dict[str, str] = {"tests": "paths", "class": "string", "objective": "string", "required": "strings",
+                             "min_improvement": "noise floor", "timing": "string"}
+_KINDS = {"paths": "a list of non-empty strings", "strings": "a list of non-empty strings",
+          "string": "a non-empty string", "lanes": "a table of lane tables"}
+
+
+def _kind_problem(kind: str, value: Any) -> str | None:
+    """Why ``value`` is not of ``kind`` (None when it is)."""
+    if kind == "noise floor":
+        try:
+            noise_floor(value)
+        except ValueError as exc:
+            return str(exc)
+        return None
+    if kind in ("paths", "strings"):
+        fits = isinstance(value, list) and all(isinstance(item, str) and item.strip() for item in value)
+    elif kind == "string":
+        fits = isinstance(value, str) and bool(value.strip())
+    else:
+        fits = isinstance(value, dict) and all(isinstance(lane, dict) for lane in value.values())
+    return None if fits else f"must be {_KINDS[kind]}, got {value!r}"
+
+
+def _table_problems(table: dict[str, Any], schema: dict[str, str], where: str) -> list[str]:
+    problems = []
+    for key, value in table.items():
+        if key not in schema:
+            problems.append(f"{where}: unknown key {key!r}{did_you_mean(key, schema)} (known: {', '.join(schema)})")
+            continue
+        problem = _kind_problem(schema[key], value)
+        if problem:
+            problems.append(f"{where} {key} {problem}")
+    return problems
+
+
+def project_problems(table: dict[str, Any]) -> list[str]:
+    """Every key of the ``[tool.ditgate]`` table ``table`` that is unknown or of the wrong type (lanes too)."""
+    problems = _table_problems(table, PROJECT_KEYS, "[tool.ditgate]")
+    lanes = table.get("lanes")
+    if isinstance(lanes, dict):
+        for name, lane in lanes.items():
+            if isinstance(lane, dict):
+                problems += _table_problems(lane, LANE_KEYS, f"[tool.ditgate.lanes.{name}]")
+    return problems
+
+
 def load_project_config(root: str | Path) -> dict[str, Any]:
-    """The ``[tool.ditgate]`` table of ``<root>/pyproject.toml`` (empty when absent)."""
+    """The ``[tool.ditgate]`` table of ``<root>/pyproject.toml`` (empty when absent), checked against
+    :data:`PROJECT_KEYS`: a DitgateUsageError names every unknown key and wrong type, in one line."""
     path = Path(root) / "pyproject.toml"
     data = read_pyproject(path)
-    table = data.get("tool", {}).get("ditgate", {})
+    tool = data.get("tool", {})
+    table = tool.get("ditgate", {}) if isinstance(tool, dict) else {}
     if not isinstance(table, dict):
-        raise DitgateUsageError(f"{path}: [tool.ditgate] must be a table")
+        raise DitgateUsageError(f"{path}: [tool.ditgate] must be a table, got {table!r}")
+    problems = project_problems(table)
+    if problems:
+        raise DitgateUsageError(f"{path}: " + "; ".join(problems))
     return table
+
+
+def missing_paths(root: str | Path, paths: list[str], setting: str) -> list[str]:
+    """A problem for each entry of ``paths`` (a setting's files and folders, relative to ``root``) that does not
+    exist: a typo'd ``fixed_paths`` entry would lock nothing, a lane's test that is not there runs nothing. A
+    glob pattern must match something (``**/`` patterns, which search the whole tree, are not looked up);
+    pyproject tables (``pyproject.toml#tool.x``) are not looked up; ``path::test`` node ids are looked up by
+    their file."""
+    problems = []
+    for entry in paths:
+        if "#" in entry or entry.startswith("**/"):
+            continue
+        if any(ch in entry for ch in "*?["):
+            try:
+                found = next(iter(Path(root).glob(entry)), None)
+            except (ValueError, OSError):  # a pattern pathlib refuses ("/abs", "a/**b")
+                found = None
+            if found is None:
+                problems.append(f"{setting} names {entry!r}, a pattern that matches nothing under {root}")
+            continue
+        relative = entry.split("::", 1)[0]
+        path = project_path(root, relative)
+        if path.exists():
+            continue
+        parent = path.parent
+        siblings = [p.name + ("/" if p.is_dir() else "") for p in parent.iterdir()] if parent.is_dir() else []
+        folder = relative.rstrip("/").rpartition("/")[0]
+        hint = did_you_mean(path.name + ("/" if relative.endswith("/") else ""), siblings,
+                            prefix=f"{folder}/" if folder else "")
+        problems.append(f"{setting} names {entry!r}, which does not exist under {root}{hint}")
+    return problems
 
 
 def project_path(root: str | Path, raw: str) -> Path:
@@ -60,6 +169,35 @@ def missing_folder_problem(path: Path, root: str | Path) -> str | None:
     return (f"{path} does not exist, and neither does its parent folder {path.parent}: ditgate creates a missing "
             "folder inside the project or in an existing folder, never a chain of folders elsewhere (a typo "
             "would go unnoticed); check the path, or create it first")
+
+
+def output_file_problem(path: Path, root: str | Path, *, kind: str = "file") -> str | None:
+    """Why ditgate must not write the file ``path`` that an option names (None when it may): it is a folder; a
+    part of its folder is a file or not writable; or its folder is missing outside the project (``root``).
+    Missing folders are created inside the project only: elsewhere, even at the filesystem root, a typo would
+    make a chain of new folders and leave the file where nobody looks. ``kind`` names the file in a message."""
+    import os
+
+    if path.is_dir():
+        return f"is a folder; give the path of a {kind} to write"
+    ancestor = path.parent
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        return f"{ancestor} is not a folder"
+    if not os.access(ancestor, os.W_OK | os.X_OK):
+        return f"{ancestor} is not writable"
+    if ancestor == path.parent:
+        return None
+    try:
+        inside = path.parent.resolve().is_relative_to(Path(root).resolve())
+    except OSError:
+        inside = False
+    if inside:
+        return None
+    return (f"its folder {path.parent} does not exist; ditgate creates missing folders for a file only inside the "
+            f"project ({root}), never a chain of folders elsewhere (a typo would go unnoticed): check the path, or "
+            "create the folder first")
 
 
 #: files that make a folder pytest's rootdir (``pytest.ini`` and ``.pytest.ini`` always; the others when they

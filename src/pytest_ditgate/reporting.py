@@ -18,7 +18,8 @@ import pytest
 
 #: what torch says when CUDA is used on a machine without a usable NVIDIA GPU
 _NO_CUDA = ("Found no NVIDIA driver", "Torch not compiled with CUDA enabled", "No CUDA GPUs are available",
-            "CUDA driver initialization failed", "no CUDA-capable device")
+            "CUDA driver initialization failed", "no CUDA-capable device",
+            "CUDA driver version is insufficient for CUDA runtime version")
 
 
 def _in_plugin(tb: Any) -> bool:
@@ -151,8 +152,12 @@ def _profile_without_device(config: pytest.Config, exc: BaseException) -> str | 
 
 
 def _is_cuda_unavailable(exc: BaseException) -> bool:
-    """Whether ``exc`` is torch refusing CUDA for want of a GPU or driver (its lazy CUDA init raised it)."""
+    """Whether ``exc`` is torch refusing CUDA for want of a GPU or driver (its lazy CUDA init raised it, or a
+    CUDA call outside it, such as ``torch.Generator("cuda")``, raised torch's ``AcceleratorError``)."""
     if any(text in str(exc) for text in _NO_CUDA):
+        return True
+    accelerator_error = getattr(sys.modules.get("torch"), "AcceleratorError", None)
+    if isinstance(accelerator_error, type) and isinstance(exc, accelerator_error):
         return True
     suffix = os.path.join("torch", "cuda", "__init__.py")
     return any(entry.tb_frame.f_code.co_name == "_lazy_init" and entry.tb_frame.f_code.co_filename.endswith(suffix)

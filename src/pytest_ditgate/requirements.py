@@ -123,22 +123,30 @@ def _number_forms(item: float) -> str:
 
 
 def _satisfiable(clauses: tuple[tuple[str, Version], ...], *, arch: bool = False) -> bool:
-    """Whether some version meets every clause. A compute capability is (major, single-digit minor), so
-    every one is tried; for a tool version a conjunction of comparisons is an interval (minus a few
-    points), so it is enough to try each bound, just above it, just below it, and the extremes."""
-    spec = VersionSpec((clauses,), "")
+    """Whether some version meets every clause (see :func:`jointly_satisfiable`)."""
+    return jointly_satisfiable([VersionSpec((clauses,), "")], arch=arch)
+
+
+def jointly_satisfiable(specs: list[VersionSpec], *, arch: bool = False, floor: Version = ()) -> bool:
+    """Whether some version meets every one of ``specs`` (and is at least ``floor``). A compute capability is
+    (major, single-digit minor), so every one is tried; for a tool version a conjunction of comparisons is an
+    interval (minus a few points), so it is enough to try each bound, just above it, just below it, and the
+    extremes."""
     if arch:
-        return any(spec.matches((major, minor)) for major in range(256) for minor in range(10))
+        return any(all(spec.matches((major, minor)) for spec in specs)
+                   for major in range(256) for minor in range(10) if (major, minor) >= floor)
     probes: set[Version] = {(0,), (10**6,)}
-    for _, bound in clauses:
-        probes.add(bound)
-        probes.add(bound + (1,))
-        probes.add(bound + (0, 1))
-        for i in range(len(bound)):
-            if bound[i] > 0:
-                probes.add(bound[:i] + (bound[i] - 1, 10**6))
-            probes.add(bound[:i] + (bound[i] + 1,))
-    return any(spec.matches(probe) for probe in probes)
+    for spec in specs:
+        for clauses in spec.alternatives:
+            for _, bound in clauses:
+                probes.add(bound)
+                probes.add(bound + (1,))
+                probes.add(bound + (0, 1))
+                for i in range(len(bound)):
+                    if bound[i] > 0:
+                        probes.add(bound[:i] + (bound[i] - 1, 10**6))
+                    probes.add(bound[:i] + (bound[i] + 1,))
+    return any(probe >= floor and all(spec.matches(probe) for spec in specs) for probe in probes)
 
 
 def _display_spec(spec: VersionSpec, prefix: str) -> str:
@@ -190,12 +198,12 @@ def _tool(key: str, value: Any) -> VersionSpec | bool:
     return parse_version_spec(value, what=f"requires_gpu({key}=...)")
 
 
-def _packages(value: Any) -> tuple[tuple[str, VersionSpec | None], ...]:
+def _packages(value: Any, what: str = "requires_gpu(packages=...)") -> tuple[tuple[str, VersionSpec | None], ...]:
     """``"quack-kernels"``, ``"quack-kernels>=0.6.5"`` or a list of them: distribution names (as installed by
     pip, not import names), each with an optional version spec."""
     items = [value] if isinstance(value, str) else value
     if not isinstance(items, (list, tuple)) or not items or not all(isinstance(item, str) for item in items):
-        raise DitgateUsageError(f"requires_gpu(packages=...) takes a distribution name like 'quack-kernels' or "
+        raise DitgateUsageError(f"{what} takes a distribution name like 'quack-kernels' or "
                                 f"'quack-kernels>=0.6.5' (or a non-empty list of them), got {value!r}")
     parsed = []
     for item in items:
@@ -272,6 +280,36 @@ def parse_requirements(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Require
     return Requirements(**fields)
 
 
+#: the compute capability a dtype flag needs, as detection decides it (``device.py``)
+FLAG_MIN_CC: dict[str, Version] = {"bf16": (8, 0), "tf32": (8, 0), "fp8": (8, 9)}
+
+
+def conflict(requirements: list[Requirements]) -> str | None:
+    """Why no device can meet all of ``requirements`` at once (a test's stacked ``requires_gpu`` markers, or one
+    marker's ``cc`` and dtype flags), or None. Such a test would skip on every device: a usage error, not a skip.
+    Checked: the compute capability (every ``cc`` spec and the flags' minimums), ``nvcc`` and ``triton`` version
+    specs, and the version specs given for one package."""
+    ccs = [r.cc for r in requirements if r.cc is not None]
+    flags = sorted({flag for r in requirements for flag in FLAG_MIN_CC if getattr(r, flag)})
+    floor = max((FLAG_MIN_CC[flag] for flag in flags), default=())
+    if (len(ccs) > 1 or (ccs and floor)) and not jointly_satisfiable(ccs, arch=True, floor=floor):
+        stated = [f"cc={spec.text!r}" for spec in ccs] + [f"{flag}=True (sm>={_fmt(FLAG_MIN_CC[flag])})" for flag in flags]
+        return f"no device meets {', '.join(stated)} together"
+    for tool in ("nvcc", "triton"):
+        specs = [getattr(r, tool) for r in requirements if isinstance(getattr(r, tool), VersionSpec)]
+        if len(specs) > 1 and not jointly_satisfiable(specs):
+            return f"no {tool} version meets {', '.join(repr(s.text) for s in specs)} together"
+    by_package: dict[str, list[VersionSpec]] = {}
+    for r in requirements:
+        for name, spec in r.packages:
+            if spec is not None:
+                by_package.setdefault(name.lower().replace("_", "-"), []).append(spec)
+    for name, specs in by_package.items():
+        if len(specs) > 1 and not jointly_satisfiable(specs):
+            return f"no version of {name} meets {', '.join(repr(s.text) for s in specs)} together"
+    return None
+
+
 def _gib(n: int | None) -> str:
     return "unknown" if n is None else f"{n / 2**30:.1f} GB"
 
@@ -307,7 +345,18 @@ def unmet(req: Requirements, device: DeviceInfo) -> list[str]:
             missing.append(tool if spec is True else f"{tool} {spec.text}")
         elif isinstance(spec, VersionSpec) and not spec.matches(_release(version)):
             missing.append(f"{tool} {spec.text} (found {version})")
-    for name, package_spec in req.packages:
+    return missing + _unmet_packages(req.packages)
+
+
+def missing_packages(value: Any) -> list[str]:
+    """``packages`` as ``requires_gpu(packages=...)`` takes them: each one not installed, or installed at a
+    version outside its spec, worded as in skip reasons (``liger-kernel>=0.8 (found 0.7.1)``)."""
+    return _unmet_packages(_packages(value))
+
+
+def _unmet_packages(packages: tuple[tuple[str, VersionSpec | None], ...]) -> list[str]:
+    missing = []
+    for name, package_spec in packages:
         version = package_version(name)
         if version is None:
             missing.append(f"{_package_text(name, package_spec)} (not installed)")

@@ -7,7 +7,7 @@ None) and the hooks only act on it, like pytest's own ``skipping.py``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -32,6 +32,23 @@ class Skip:
     reason: str
 
 
+def import_or_skip(module: str, package: str | list[str] | None = None, *, why: str | None = None) -> Any:
+    """Import ``module`` for a test module that uses it at its top, where ``requires_gpu(packages=...)``
+    comes too late (a missing package is then a collection error): when ``package`` (pip's distribution
+    name, with an optional version spec: ``"liger-kernel>=0.8.5"``; default ``module``) is missing or too
+    old, the whole module is skipped with the marker's wording (``needs liger-kernel>=0.8.5 (not installed)
+    for fused kernels``). ``liger = import_or_skip("liger_kernel", "liger-kernel>=0.8.5")``."""
+    import importlib
+
+    from pytest_ditgate.requirements import missing_packages
+
+    missing = missing_packages(package if package is not None else module)
+    if missing:
+        purpose = f" for {why}" if why else ""
+        pytest.skip(f"needs {', '.join(missing)}{purpose}", allow_module_level=True)
+    return importlib.import_module(module)
+
+
 def item_requirements(item: pytest.Item) -> list["Requirements"]:
     """Every ``requires_gpu`` marker on ``item``, parsed (raises DitgateUsageError on a bad one)."""
     marks = list(item.iter_markers("requires_gpu"))
@@ -40,6 +57,12 @@ def item_requirements(item: pytest.Item) -> list["Requirements"]:
     from pytest_ditgate.requirements import parse_requirements
 
     return [parse_requirements(mark.args, dict(mark.kwargs)) for mark in marks]
+
+
+def _conflict(requirements: list["Requirements"]) -> str | None:
+    from pytest_ditgate.requirements import conflict
+
+    return conflict(requirements)
 
 
 def evaluate_device_marks(requirements: list["Requirements"], device: "DeviceInfo") -> Skip | None:
@@ -120,7 +143,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         except DitgateUsageError as exc:
             problems.append(f"{item.nodeid}: {exc}")
             continue
-        if requirements:
+        clash = _conflict(requirements) if requirements else None
+        if clash:
+            problems.append(f"{item.nodeid}: requires_gpu: {clash} (the test would skip on every device)")
+        elif requirements:
             marked[item] = requirements
     if problems:
         raise pytest.UsageError("bad requires_gpu marker(s):\n  " + "\n  ".join(problems))

@@ -35,8 +35,10 @@ def check_target_spec(target: str, *, source: str | None = None) -> tuple[str, s
     return data["arch"], data.get("match_name")
 
 
-def evaluate_target(target: str, device: DeviceInfo) -> TargetMismatch | None:
-    """None when ``device`` is the declared target (a profile name, profile file or ``sm_XY``)."""
+def evaluate_target(target: str, device: DeviceInfo, *, profile: str | None = None) -> TargetMismatch | None:
+    """None when ``device`` (the machine's real device, never a profile's) is the declared target (a profile
+    name, profile file or ``sm_XY``). ``profile``: the device profile in force for skip decisions, named in the
+    message (it changes what is skipped, not the hardware the target asks for)."""
     from pytest_ditgate.profiles import mismatches
 
     target = target.strip()
@@ -44,9 +46,10 @@ def evaluate_target(target: str, device: DeviceInfo) -> TargetMismatch | None:
     problems = mismatches(wanted_arch, wanted_name, device.name, device.arch)
     if not problems:
         return None
-    where = " (from a device profile)" if device.is_profile else ""
+    note = (f" (the device profile {profile!r} in force changes what is skipped, not the hardware: a target is "
+            "checked against the machine)") if profile else ""
     return TargetMismatch(
-        f"ditgate target mismatch: this run declares --ditgate-target={target}, but the device{where} is "
-        f"{device.describe()}: {'; '.join(problems)}. Refusing to run: on a declared target runner a missing "
+        f"ditgate target mismatch: this run declares --ditgate-target={target}, but this machine's device is "
+        f"{device.describe()}: {'; '.join(problems)}{note}. Refusing to run: on a declared target runner a missing "
         "or different GPU is an error, not a reason to skip."
     )

@@ -11,6 +11,11 @@ torch's own CUDA cumsum (bf16) and cumprod (fp16, bf16) accumulate in the low pr
 #180155; measured on an H200: rel-norm error 1.9e-2, 0.64 and 0.74 at 2 x 32768, against 1.7e-3, 2.1e-4 and
 1.6e-3 for the same scan in fp32 then cast). They are not honest variants there, and the gate rejects them
 even with ``compute_dtype`` declared: ``test_torchs_low_precision_cuda_scans_are_rejected``.
+
+Every check runs the default extremal trials (inputs x 1e-3, x 1e3, mixed rows) after its 10 seeds. The LLM
+part of the corpus (``tests/plugin/test_tolerance_corpus_llm.py``: in-place and scratch kernels, RMSNorm's
+backward at a normalised dimension of 1 and on a single row, a cross-entropy gradient of 512 x 128256 whose
+bf16 elements are all below 3e-4, eps and overflow at extremal scales) runs here at LLM sizes.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import pytest
 pytestmark = pytest.mark.requires_gpu(why="the tolerance corpus on CUDA tensors")
 
 corpus = pytest.importorskip("tests.plugin.test_tolerance_corpus")
+llm = pytest.importorskip("tests.plugin.test_tolerance_corpus_llm")
 
 
 def _shard() -> tuple[int, int]:
@@ -84,7 +90,9 @@ def test_honest_library_and_compiled_kernels_pass_ten_seeds_at_gpu_sizes(case) -
         variants["compiled"] = _compiled(op)
     check = functools.partial(corpus.check_kernel, trials=corpus.SEEDS, **corpus.HONEST_OPTIONS)
     for name, kernel in variants.items():
-        report = check(kernel, op.reference, make, label=f"{op.name} {dtype} {name} (GPU sizes)")
+        unit_scale = ({"input_scales": ()} if dtype in op.extremal_unsafe and name in corpus.LOW_PRECISION_MATH
+                      else {})  # low-precision math that under- or overflows at the extremal scales, as on the CPU
+        report = check(kernel, op.reference, make, label=f"{op.name} {dtype} {name} (GPU sizes)", **unit_scale)
         print(f"\n{report.summary()}")
 
 
@@ -135,3 +143,35 @@ def test_torchs_low_precision_cuda_scans_are_rejected(case) -> None:
                          **corpus.HONEST_OPTIONS)
         assert failure.value.reason == "mismatch" and "norm bound failed" in failure.value.message
     check_kernel(op.orders["fp32 math"], op.reference, make, trials=corpus.SEEDS, **corpus.HONEST_OPTIONS)
+
+
+def _llm_cases() -> list:
+    return _mine(llm.cases())
+
+
+@pytest.mark.parametrize("item", _llm_cases(), ids=llm._id)
+def test_llm_honest_variants_pass_ten_seeds_and_the_extremal_trials_on_cuda(item) -> None:
+    """In-place (inout_args) and scratch kernels, degenerate RMSNorm backwards, small-magnitude bf16 gradients
+    and the extremal trials, at LLM sizes (cross entropy 512 x 128256, KV cache 8 x 32 x 4096 x 128, RoPE
+    4 x 4096 x 32 x 128, AdamW over 16M parameters)."""
+    for name, report in llm.check_honest(*item, "cuda", gpu=True).items():
+        print(f"\n{name}: {report.summary()}")
+
+
+@pytest.mark.parametrize("item", _llm_cases(), ids=llm._id)
+def test_llm_wrong_variants_fail_on_cuda(item) -> None:
+    llm.check_wrong(*item, "cuda", gpu=True)
+
+
+@pytest.mark.parametrize("name", _mine([case.name for case in llm.CASES
+                                        if case.options.get("inout_args") or case.options.get("scratch_args")]))
+def test_an_undeclared_in_place_kernel_fails_input_mutated_on_cuda(name) -> None:
+    from pytest_ditgate import GateFailure, check_kernel
+
+    case = next(c for c in llm.CASES if c.name == name)
+    kernel = next(iter(case.honest.values()))
+    declared = {k: v for k, v in case.options.items() if k not in ("inout_args", "scratch_args")}
+    with pytest.raises(GateFailure) as failure:
+        check_kernel(kernel, case.reference, case.inputs(case.dtypes[0], "cuda"), trials=1, **declared)
+    assert failure.value.reason == "input_mutated"
+

@@ -147,6 +147,37 @@ def test_versus_lane_best(ditbench, ditgate_lane):
 """
 
 
+#: the lane of a project the judge times itself (``timing``): its regions, a fixed file of the project
+TIMED_LANE = """
+[tool.ditgate.lanes.timed]
+tests = ["tests/gates/test_gate.py"]
+class = "exact"
+required = ["*test_quality*", "*test_speed*"]
+timing = "tests/gates/lane_timing.py"
+"""
+
+LANE_TIMING = """
+from pytest_ditgate.timed_region import TimedRegion
+
+
+def build(impl):
+    if impl == "candidate":
+        from candidate.work import candidate
+        return candidate
+    from reference.work import reference
+    return reference
+
+
+def make_inputs(generator):
+    import torch
+    return (torch.randn(64, 256, generator=generator),)
+
+
+REGIONS = [TimedRegion("forward", build, make_inputs, device="cpu", rounds=16, max_rounds=32, audits=3,
+                       audit_rel_l2=1e-4, calls=4)]
+"""
+
+
 def clean_env(**extra: str) -> dict[str, str]:
     """The judge's environment: no ditgate or pytest switches, the plugin's source on ``PYTHONPATH``. The GPU
     check's read recorder stays on it (after whatever ``extra`` names), so that what the judge and its
@@ -197,11 +228,15 @@ class Project:
         return [dict(zip(header, line.split("\t")))["status"] for line in lines[1:]]
 
 
-def create(root: Path, *, pyproject: str = PYPROJECT, contract: str = CONTRACT, gate: str = GATE) -> Project:
+def create(root: Path, *, pyproject: str = PYPROJECT, contract: str = CONTRACT, gate: str = GATE,
+           timed: bool = False) -> Project:
     """The project, committed, not yet baselined (another ``pyproject``, ``contract`` or ``gate`` text where a
-    test needs one)."""
+    test needs one; ``timed``: with the lane ``timed``, which the judge times)."""
     project = Project(root)
-    project.write("pyproject.toml", pyproject)
+    project.write("pyproject.toml", pyproject.replace("[tool.pytest.ini_options]", TIMED_LANE.strip() +
+                                                      "\n\n[tool.pytest.ini_options]") if timed else pyproject)
+    if timed:
+        project.write("tests/gates/lane_timing.py", LANE_TIMING)
     project.write(".gitignore", ".ditgate/\n__pycache__/\n")
     project.write("fixtures/quality_contract.toml", contract)
     project.write("reference/__init__.py", "")

@@ -177,6 +177,7 @@ def test_ok():
 def test_a_lane_best_of_the_wrong_shape_is_a_reported_integrity_problem(pytester: pytest.Pytester) -> None:
     """A best file holding ``{}`` used to crash the session end, with no verdict written."""
     pytester.makepyfile(test_lane=LANE_TEST)
+    pytester.makepyprojecttoml('[tool.ditgate.lanes.l]\ntests = ["test_lane.py"]\n')
     from pytest_ditgate.device import real_device
 
     best = pytester.path / ".ditgate" / "best" / f"l__{real_device().arch}.json"

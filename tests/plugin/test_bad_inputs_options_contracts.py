@@ -17,7 +17,7 @@ def _usage_error(result: pytest.RunResult, message: str) -> None:
 @pytest.mark.parametrize(("args", "ini", "message"), [
     (["--ditgate-bench-budget-ms=nan"], "", "*--ditgate-bench-budget-ms: must be a finite number, got nan*"),
     (["--ditgate-bench-budget-ms=inf"], "", "*--ditgate-bench-budget-ms: must be a finite number, got inf*"),
-    (["--ditgate-min-improvement=nan"], "", "*--ditgate-min-improvement: must be a finite number, got nan*"),
+    (["--ditgate-min-improvement=nan"], "", "*--ditgate-min-improvement: must be a number in [[]0, 0.5), got nan*"),
     ([], "ditgate_kernel_trials = abc", "ERROR: ini option ditgate_kernel_trials='abc': invalid literal for int()*"),
     ([], "ditgate_bench_budget_ms = -3", "ERROR: ini option ditgate_bench_budget_ms='-3': must be > 0, got -3.0"),
     ([], "ditgate_class = fast", "ERROR: ini option ditgate_class='fast': choose from exact, numerical, approximate, quantization"),

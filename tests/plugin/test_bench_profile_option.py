@@ -34,7 +34,7 @@ def test_pure_python(ditbench):
 
 def test_pair(ditbench):
     x = torch.randn(64, 128)
-    ditbench.pair(lambda x: x @ w, mlp, x, min_speedup=None, rounds=6, warmup=1)
+    ditbench.pair(lambda x: x @ w, mlp, x, min_speedup=None, rounds=6, warmup=1, verify=False)  # not the same op
 """
 
 

@@ -259,8 +259,8 @@ def test_timers_replaced_in_an_estimate_run_fail_the_gate(monkeypatch: pytest.Mo
     import time
 
     def reference(a, b):
-        same_precision = a.dtype == torch.float32
-        magnitude = a.dtype == torch.float64 and bool((a >= 0).all() and (b >= 0).all())
+        magnitude = bool((a >= 0).all() and (b >= 0).all())  # the |inputs| run (float32: a magnitude needs no more)
+        same_precision = a.dtype == torch.float32 and not magnitude
         if (same_precision, magnitude) == (run == "same-precision", run == "|inputs|"):
             monkeypatch.setattr(time, "perf_counter", lambda: 0.0)
         return a @ b
@@ -394,7 +394,7 @@ def test_the_candidate_cannot_inflate_the_estimate_through_global_math_flags() -
         return a @ b
 
     try:
-        check_kernel(cheat, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=1)
+        check_kernel(cheat, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=1, input_scales=())
         assert matmul.allow_tf32 is True  # restored to what the candidate left
         assert seen == [True, False, True]  # float64 run, same-precision run (TF32 off), |inputs| run
         seen.clear()
@@ -436,11 +436,13 @@ def test_the_estimate_runs_only_where_the_table_fails() -> None:
         return a @ b
 
     check_kernel(lambda a, b: a @ b, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=3)
-    assert calls == [torch.float64, torch.float32, torch.float64, torch.float64, torch.float64]
+    # the first trial's three runs, one for each later trial and for each of the three extremal trials
+    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 5
     calls.clear()
     with pytest.raises(GateFailure):
         check_kernel(lambda a, b: (a @ b) * 1.01, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=3)
-    assert calls == [torch.float64, torch.float32, torch.float64]  # float64, same precision, |inputs|; then it failed
+    # float64, same precision, |inputs| (float32); the conditioning's four runs (only for an output that still fails)
+    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 4
 
 
 def test_the_same_precision_run_works_with_torchs_newer_precision_settings() -> None:

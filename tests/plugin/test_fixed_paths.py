@@ -118,7 +118,7 @@ def test_relock_needs_ditgate_and_bad_setting_is_a_usage_error(project: pytest.P
     project.makefile(".toml", pyproject='[tool.ditgate]\nfixed_paths = "fixtures/"\n')
     result = project.runpytest("--ditgate")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*fixed_paths must be a list of strings*"])
+    result.stderr.fnmatch_lines(["*fixed_paths must be a list of non-empty strings*"])
 
 
 def test_expand_reuses_digests_taken_a_moment_before_and_hashes_the_rest(tmp_path) -> None:

@@ -48,6 +48,7 @@ def test_real_dit_lane_judges_the_shapes_case_on_the_learned_metrics(tmp_path: P
     experiment = _run([sys.executable, "-m", "pytest_ditgate", "experiment", "--lane", "dit", "--class", "numerical",
                        "--description", "empty commit"], project)
     assert experiment.returncode == 11, experiment.stdout[-3000:] + experiment.stderr[-3000:]  # no speedup
+    assert "the judge timed the lane" in experiment.stdout  # its own rounds, not the child's samples
     verdict = json.loads((project / ".ditgate" / "verdict.json").read_text())
     shapes = next(record for record in verdict["quality"] if record["case"] == "shapes-ddim-20")
     assert shapes["passed"] and {"images.class_accuracy", "images.frechet_distance"} <= set(shapes["metrics"])

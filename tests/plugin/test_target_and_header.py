@@ -31,11 +31,46 @@ def test_real_cpu_machine_fails_a_gpu_target(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*device is cpu (*"])
 
 
-@pytest.mark.parametrize("profile, target", [("a5500", "a5500"), ("a5500", "sm_86"), ("h200", "h200"), ("cpu", "cpu")])
-def test_target_match_runs(pytester: pytest.Pytester, use_profile, profile: str, target: str) -> None:
-    use_profile(profile)
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch):
+    """Make this process detect the device of a shipped profile as its real device (a stand-in for that GPU)."""
+    import dataclasses
+
+    from pytest_ditgate import device, profiles
+
+    def be(name: str) -> None:
+        info = dataclasses.replace(profiles.load_profile(name), source="detected")
+        monkeypatch.setattr(device, "detect_device", lambda *args, **kwargs: info)
+        device.clear_cache()
+
+    return be
+
+
+@pytest.mark.parametrize("real, target", [("a5500", "a5500"), ("a5500", "sm_86"), ("h200", "h200"), ("cpu", "cpu")])
+def test_target_match_runs(pytester: pytest.Pytester, machine, real: str, target: str) -> None:
+    machine(real)
     pytester.makepyfile("def test_plain():\n    pass\n")
     pytester.runpytest("--ditgate", f"--ditgate-target={target}").assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize("command", ["pytest", "doctor"])
+def test_a_profile_cannot_stand_in_for_the_target_device(pytester: pytest.Pytester, machine, use_profile, capsys,
+                                                         command: str) -> None:
+    """Issue 51: a profile changes what is skipped, not the hardware: on a CPU machine DITGATE_DEVICE_PROFILE=a5500
+    used to satisfy --ditgate-target=a5500, so a runner that lost its GPU went green."""
+    from pytest_ditgate import cli
+
+    machine("cpu")
+    use_profile("a5500")
+    if command == "doctor":
+        assert cli.main(["doctor", "--target", "a5500"]) == 1
+        assert "this machine's device is cpu" in capsys.readouterr().out
+        return
+    pytester.makepyfile("def test_plain():\n    pass\n")
+    result = pytester.runpytest("--ditgate", "--ditgate-target=a5500")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*--ditgate-target=a5500, but this machine's device is cpu*the device profile 'a5500' "
+                                 "in force changes what is skipped, not the hardware*"])
 
 
 def test_unknown_target_is_a_usage_error(pytester: pytest.Pytester) -> None:

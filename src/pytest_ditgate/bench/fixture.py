@@ -66,6 +66,44 @@ def check_min_speedup(value: Any) -> float | None:
     return float(value)
 
 
+def agree(candidate: Callable[..., Any], reference: Callable[..., Any], args: tuple[Any, ...],
+          kwargs: dict[str, Any]) -> str:
+    """Check once that ``candidate(*args, **kwargs)`` computes what ``reference`` computes: ``check_kernel``
+    with one trial on these arguments (the reference on float64 copies, or on the arguments themselves when it
+    cannot run upcast; no extremal trials, no poisoning). Raises the check's ``GateFailure``; returns why
+    nothing was compared when the arguments or outputs hold no tensor."""
+    __tracebackhide__ = True
+    import torch
+
+    from pytest_ditgate.correctness.checks import check_kernel
+    from pytest_ditgate.correctness.structure import named_leaves
+
+    def inputs(_: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        return args, kwargs
+
+    if not any(isinstance(leaf, torch.Tensor) for _, leaf in named_leaves((args, kwargs), "args")):
+        return "no tensor argument: outputs not compared"
+    settings = dict(trials=1, input_scales=(), check_determinism=False, check_constant=False, poison_memory=False,
+                    label="ditbench.pair agreement")
+    try:
+        try:
+            check_kernel(candidate, reference, inputs, **settings)
+        except (GateFailure, DitgateUsageError):
+            raise
+        except Exception:  # noqa: BLE001 - a reference that cannot run on float64/float32 copies: same precision
+            check_kernel(candidate, reference, inputs, reference_dtype="same", **settings)
+    except DitgateUsageError as exc:
+        if "compares tensor outputs only" in str(exc):
+            return "outputs are not tensors: not compared"
+        raise
+    except GateFailure as failure:
+        raise GateFailure(failure.reason, "ditbench.pair: the candidate does not compute what the reference "
+                          "computes, so nothing was timed (checked once on the pair's arguments; verify=False "
+                          f"skips it for functions not meant to agree): {failure.message}",
+                          report=failure.report) from None
+    return "outputs agree"
+
+
 @dataclass(repr=False)
 class DitBench:
     """``ditbench(fn, *args, **opts) -> Measurement`` and ``ditbench.pair(candidate, reference, ...)``."""
@@ -144,11 +182,17 @@ class DitBench:
         return m
 
     def pair(self, candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any,
-             min_speedup: float | None = 0.05, beat_best: bool = False, **opts: Any) -> Comparison:
+             min_speedup: float | None = 0.05, beat_best: bool = False, verify: bool = True,
+             **opts: Any) -> Comparison:
         """Time both interleaved in this run; fail (reason ``too_slow``) unless the CI bound shows the
         candidate faster than the reference by at least ``min_speedup``, a fraction in (-1, 1) (negative: an
         allowed slowdown). ``min_speedup=None`` records the comparison without a bound here: a lane's speed
         test, judged by ``ditgate experiment`` (the summary says "judged by the lane").
+
+        Correct before fast: first, once, the candidate's outputs on these arguments are checked against the
+        reference's under the output's tolerance (:func:`agree`: ``check_kernel`` with one trial); a pair
+        that computes different things fails with the check's reason and nothing is timed. Outputs that are
+        not tensors are not compared. ``verify=False`` skips it, for two functions not meant to agree.
 
         ``beat_best=True`` also requires the CI bound to beat the best ratio recorded for this test, arch
         and lane (same driver and torch) in the ledger. For ``--benchmark-json`` the candidate's samples
@@ -158,12 +202,15 @@ class DitBench:
         """
         __tracebackhide__ = True
         min_speedup = check_min_speedup(min_speedup)
-        if not isinstance(beat_best, bool):
-            raise DitgateUsageError(f"ditbench.pair: beat_best must be True or False, got {describe(beat_best)}")
+        for name, value in (("beat_best", beat_best), ("verify", verify)):
+            if not isinstance(value, bool):
+                raise DitgateUsageError(f"ditbench.pair: {name} must be True or False, got {describe(value)}")
         self._refuse_unchecked()
         opts = self._options(opts)
         profile = bool(opts.pop("profile", self.profile))
         candidate_eager, reference_eager = _eager_twins(opts.pop("profile_eager", None), 2)
+        if verify:
+            agree(candidate, reference, args, {k: v for k, v in opts.items() if k not in PAIR_KNOBS})
         c = measure_pair(candidate, reference, *args, **opts)
         self.comparisons.append(c)
         passed = None if min_speedup is None else c.faster_by_at_least(min_speedup)

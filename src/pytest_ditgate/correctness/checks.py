@@ -4,12 +4,14 @@ Per trial (fresh inputs from ``make_inputs(seed + trial)``), in this order:
 
 1. the candidate runs first (before any reference call of that trial, so no stale reference result can
    sit in memory it allocates), with fresh allocations and freed memory poisoned;
-2. its outputs are copied in the caller's stream order, then every CUDA device is synchronised (all
-   streams) and the outputs read again: a kernel that leaves work on a side stream shows as
-   ``stale_output``;
+2. its outputs (and the in-out arguments it updated) are copied in the caller's stream order, then every CUDA
+   device is synchronised (all streams) and compared with the copies: a kernel that leaves work on a side
+   stream shows as ``stale_output``;
 3. timing functions are checked (``timer_tampered``), inputs compared with their pre-call copy
-   (``input_mutated``);
-4. the candidate runs again on the same inputs (``nondeterministic`` beyond the allowance);
+   (``input_mutated``; the arguments declared as ``out_args``, ``inout_args`` or ``scratch_args`` may
+   change, :mod:`pytest_ditgate.correctness.roles`);
+4. the candidate runs again on the same inputs, in-out and scratch arguments restored (``nondeterministic``
+   beyond the allowance);
 5. the reference runs on float64 copies (float32 if float64 fails); then structure/shape, dtype, poison
    left in outputs, non-finite values, outputs equal to an earlier trial's while the reference changed
    (``constant_output``), elementwise and relative-norm error (``mismatch``), and nondeterminism are
@@ -17,25 +19,34 @@ Per trial (fresh inputs from ``make_inputs(seed + trial)``), in this order:
    again against bounds derived from the honest-error estimate (:mod:`pytest_ditgate.correctness.honest`):
    the reference on the inputs' own dtypes (the candidate's precision, TF32 off unless declared) and on
    float64 ``|inputs|``. Those two runs are made only then, and on the first trial (whose same-precision
-   run gives the output dtypes the candidate must return).
+   run gives the output dtypes the candidate must return). An output that still fails is judged once more
+   with the conditioning of the problem measured (:mod:`pytest_ditgate.correctness.conditioning`).
+
+After the trials, one extremal trial per input scale (:mod:`pytest_ditgate.correctness.scales`). Outputs are
+compared in chunks and earlier outputs kept as fingerprints, so the gate's own memory stays a few times
+the inputs (:mod:`pytest_ditgate.correctness.memory`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import warnings
+from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
 import torch
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
-from pytest_ditgate.correctness import compare, honest, poison
+from pytest_ditgate.correctness import compare, conditioning, honest, memory, poison, scales
+from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
+from pytest_ditgate.correctness.roles import Roles, key_name, parse_keys
 from pytest_ditgate.correctness.structure import (as_call, map_tensors, named_call_tensors, named_leaves, named_tensors,
                                                    structure_of)
 from pytest_ditgate.correctness.tolerances import accumulation_roundoff, rel_norm_ceiling, tolerance_for
 from pytest_ditgate.dtypes import dtype_name
-from pytest_ditgate.errors import DitgateUsageError, GateFailure
+from pytest_ditgate.errors import DitgateResourceError, DitgateUsageError, DitgateWarning, GateFailure
 from pytest_ditgate.timer_integrity import tampered_timers
 
 _UNSUPPORTED = (RuntimeError, NotImplementedError, TypeError)
@@ -54,6 +65,10 @@ def check_kernel(
     compute_dtype: Any = None,
     reference_dtype: Any = "float64",
     out_args: Sequence[int | str] = (),
+    inout_args: Sequence[int | str] = (),
+    scratch_args: Sequence[int | str] = (),
+    input_scales: Sequence[float | str] | None = scales.DEFAULT_SCALES,
+    scaled_args: Sequence[int | str] | None = None,
     check_determinism: bool = True,
     nondeterminism_atol: float = 0.0,
     allow_nondeterminism: bool = False,
@@ -70,18 +85,29 @@ def check_kernel(
     ``"float64"`` (default; falls back to float32 when the reference fails in float64), ``"float32"``, or
     ``None``/``"same"`` to run the reference on the inputs' dtypes.
     Tolerances come from :func:`tolerance_for` on each output's dtype (or ``compute_dtype``, e.g.
-    ``"tf32"``), overridden by ``rtol``/``atol``/``rel_norm``. ``out_args`` names positional indices or
-    keyword names of output buffers the kernel writes (poisoned before each call; the kernel's outputs
-    when it returns None). Raises :class:`~pytest_ditgate.GateFailure` with a stable ``.reason``.
+    ``"tf32"``), overridden by ``rtol``/``atol``/``rel_norm``. Arguments are named by positional index or
+    keyword: ``out_args`` are output buffers the kernel writes (poisoned before each call; the kernel's
+    outputs when it returns None); ``inout_args`` are read and updated in place (each call gets the pristine
+    values; compared after the call with the reference's updated copy); ``scratch_args`` may be overwritten
+    (restored before each call, not compared). ``input_scales``: one extremal trial per entry after the
+    ``trials`` (inputs scaled by a number, or ``"mixed"`` per row; ``()`` for none), scaling the floating
+    arguments ``scaled_args`` names (default: all but ``out_args``). Raises
+    :class:`~pytest_ditgate.GateFailure` with a stable ``.reason``.
     """
-    _check_arguments(candidate, reference, make_inputs, trials=trials, seed=seed, compute_dtype=compute_dtype,
-                     rtol=rtol, atol=atol, rel_norm=rel_norm, out_args=out_args, label=label,
-                     nondeterminism_atol=nondeterminism_atol,
-                     flags=dict(check_determinism=check_determinism, allow_nondeterminism=allow_nondeterminism,
-                                check_constant=check_constant, poison_memory=poison_memory, check_timers=check_timers))
+    roles = _check_arguments(candidate, reference, make_inputs, trials=trials, seed=seed, compute_dtype=compute_dtype,
+                             rtol=rtol, atol=atol, rel_norm=rel_norm, label=label,
+                             nondeterminism_atol=nondeterminism_atol,
+                             roles=dict(out_args=out_args, inout_args=inout_args, scratch_args=scratch_args),
+                             flags=dict(check_determinism=check_determinism, allow_nondeterminism=allow_nondeterminism,
+                                        check_constant=check_constant, poison_memory=poison_memory,
+                                        check_timers=check_timers))
+    scale_list = scales.parse_scales(input_scales, CALL)
+    if scaled_args is not None:
+        scaled_args = parse_keys(scaled_args, "scaled_args", CALL)
     run = _Run(candidate, reference, make_inputs, trials=trials, seed=seed,
                tolerance=dict(rtol=rtol, atol=atol, rel_norm=rel_norm, compute_dtype=compute_dtype),
-               reference_dtype=_parse_reference_dtype(reference_dtype), out_args=tuple(out_args),
+               reference_dtype=_parse_reference_dtype(reference_dtype), roles=roles,
+               input_scales=scale_list, scaled_args=scaled_args,
                check_determinism=check_determinism, nondeterminism_atol=float(nondeterminism_atol),
                allow_nondeterminism=allow_nondeterminism, check_constant=check_constant,
                poison_memory=poison_memory, check_timers=check_timers, label=label)
@@ -92,8 +118,8 @@ CALL = "kernel_check(candidate, reference, make_inputs)"
 
 
 def _check_arguments(candidate: Any, reference: Any, make_inputs: Any, *, trials: Any, seed: Any, compute_dtype: Any,
-                     rtol: Any, atol: Any, rel_norm: Any, out_args: Any, label: Any, nondeterminism_atol: Any,
-                     flags: dict[str, Any]) -> None:
+                     rtol: Any, atol: Any, rel_norm: Any, label: Any, nondeterminism_atol: Any,
+                     roles: dict[str, Any], flags: dict[str, Any]) -> Roles:
     """Every argument checked before any call of the user's code: a usage error names the argument."""
     require_callable(candidate, "candidate", CALL,
                      "the kernel under test, called with the arguments make_inputs returns")
@@ -114,11 +140,9 @@ def _check_arguments(candidate: Any, reference: Any, make_inputs: Any, *, trials
             raise DitgateUsageError(f"{CALL}: {name} must be True or False, got {describe(value)}")
     if label is not None and not isinstance(label, str):
         raise DitgateUsageError(f"{CALL}: label must be a string, got {describe(label)}")
-    if isinstance(out_args, (str, bytes)) or not isinstance(out_args, (list, tuple)) or not all(
-            isinstance(key, str) or (isinstance(key, int) and not isinstance(key, bool)) for key in out_args):
-        raise DitgateUsageError(f"{CALL}: out_args must be a tuple of positional indices and keyword names "
-                                f"(like (2,) or ('out',)), got {describe(out_args)}")
+    parsed = Roles.parse(CALL, **roles)
     tolerance_for("float32", compute_dtype=compute_dtype, rtol=rtol, atol=atol, rel_norm=rel_norm)
+    return parsed
 
 
 class _UserRaised(Exception):
@@ -127,6 +151,10 @@ class _UserRaised(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(error)
         self.error = error
+
+
+class _Skip(Exception):
+    """Internal: an extremal trial outside the op's range (the reason is noted, the trial not judged)."""
 
 
 def _parse_reference_dtype(value: Any) -> torch.dtype | None:
@@ -141,15 +169,27 @@ def _parse_reference_dtype(value: Any) -> torch.dtype | None:
 _callable_name = callable_name
 
 
+@dataclass
+class _Outputs:
+    """What one call produced: its return value and the in-out arguments it updated, by name."""
+
+    returned: Any
+    inout: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def named(self) -> list[tuple[str, torch.Tensor]]:
+        return list(named_tensors(self.returned, "out")) + [(f"in-out {name}", t) for name, t in self.inout.items()]
+
+
 class _Run:
     """One ``check_kernel`` call: its settings, the report being filled, and the state across trials."""
 
-    def __init__(self, candidate, reference, make_inputs, *, trials, seed, tolerance, reference_dtype, out_args,
-                 check_determinism, nondeterminism_atol, allow_nondeterminism, check_constant, poison_memory,
-                 check_timers, label) -> None:
+    def __init__(self, candidate, reference, make_inputs, *, trials, seed, tolerance, reference_dtype, roles,
+                 input_scales, scaled_args, check_determinism, nondeterminism_atol, allow_nondeterminism,
+                 check_constant, poison_memory, check_timers, label) -> None:
         self.candidate, self.reference, self.make_inputs = candidate, reference, make_inputs
         self.trials, self.seed, self.tolerance = trials, seed, tolerance
-        self.reference_dtype, self.out_args = reference_dtype, out_args
+        self.reference_dtype, self.roles = reference_dtype, roles
+        self.input_scales, self.scaled_args = input_scales, scaled_args
         self.check_determinism, self.nondeterminism_atol = check_determinism, nondeterminism_atol
         self.allow_nondeterminism, self.check_constant = allow_nondeterminism, check_constant
         self.poison_memory, self.check_timers = poison_memory, check_timers
@@ -159,67 +199,122 @@ class _Run:
             checks.append("stale_output(poisoned allocations)")
         if check_determinism:
             checks.append("nondeterministic" + (" (allowed)" if allow_nondeterminism else ""))
-        if check_constant and trials > 1:
+        if check_constant and trials + len(input_scales) > 1:
             checks.append("constant_output")
         if check_timers:
             checks.append("timer_tampered")
+        if input_scales:
+            checks.append("extremal trials (inputs " + ", ".join(scales.scale_text(s) for s in input_scales) + ")")
         name = label or _callable_name(candidate)
         repro = (f"check_kernel({_callable_name(candidate)}, {_callable_name(reference)}, "
-                 f"{_callable_name(make_inputs)}, seed={{seed}}, trials=1)")
+                 f"{_callable_name(make_inputs)}, seed={{seed}}, trials=1{{extra}})")
         self.report = KernelReport(label=name, seed=seed, trials_requested=trials,
                                    reference_dtype=str(reference_dtype or "same as inputs").removeprefix("torch."),
-                                   checks=tuple(checks), repro=repro)
-        self.previous_outputs: list[tuple[int, Any]] = []
+                                   checks=tuple(checks), repro=repro, extremal_requested=len(input_scales))
+        self.previous_outputs: list[tuple[int, dict[str, Any]]] = []
         self.expected_dtypes: list[torch.dtype] | None = None
         self.upcast_dtype = reference_dtype  # float32 once float64 failed
         self.output_bytes: list[int] = []
+        self.tracker = memory.Tracker()
+        self.estimate: memory.Estimate | None = None
+        self.phase = "before the first trial"
+        self.watched_precision = False
 
     # -- the trial loop ---------------------------------------------------------------------------
     def execute(self) -> KernelReport:
         self._check_timers(None, "before the first trial")
-        for index in range(self.trials):
-            self._trial(index, self.seed + index)
+        plan = [(index, self.seed + index, None) for index in range(self.trials)]
+        plan += [(index, self.seed + index, scale) for index, scale in enumerate(self.input_scales)]
+        for index, seed, scale in plan:
+            try:
+                self._trial(index, seed, scale)
+            except _Skip:
+                continue
+            except (GateFailure, DitgateUsageError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - an allocation failure becomes one clear message
+                if not memory.is_out_of_memory(exc):
+                    raise
+                device = self._device_of(exc)
+                raise DitgateResourceError(memory.resource_message(
+                    self.phase, self.estimate, device, self.tracker.held(), exc)) from exc
+        self.report.memory = self._memory_record()
         self.report.passed = True
         return self.report
 
-    def _trial(self, index: int, seed: int) -> None:
-        trial = TrialReport(trial=index, seed=seed)
-        self.report.trials.append(trial)
-        args, kwargs = as_call(self._inputs(index, seed))
-        outs = self._out_buffers(args, kwargs)
-        out_names = {f"arg{key}" if isinstance(key, int) else key for key in self.out_args}
+    def _trial(self, index: int, seed: int, scale: float | str | None) -> None:
+        trial = TrialReport(trial=index, seed=seed, scale=scale)
+        (self.report.trials if scale is None else self.report.extremal_trials).append(trial)
+        self.phase = f"while drawing the inputs of {self._where(trial)} (make_inputs)"
+        args, kwargs = as_call(self._inputs(trial))
+        if scale is not None:
+            args, kwargs = self._scaled(trial, args, kwargs)
+        outs = [t for _, t in self.roles.tensors(args, kwargs, "out_args")]
+        restored = self.roles.tensors(args, kwargs, "inout_args") + self.roles.tensors(args, kwargs, "scratch_args")
+        inouts = self.roles.tensors(args, kwargs, "inout_args")
         trial.inputs = [compare.describe(n, t) for n, t in named_call_tensors(args, kwargs)]
+        if self.estimate is None:
+            self._check_fits(args, kwargs)
+        self.phase = f"while copying the inputs of {self._where(trial)}"
         pristine = (map_tensors(args, _snapshot), map_tensors(kwargs, _snapshot))
+        pristine_by_name = dict(named_call_tensors(*pristine))
 
-        first = self._run_candidate(trial, args, kwargs, outs, "first call")
+        self.phase = f"after the candidate's first call ({self._where(trial)})"
+        first = self._run_candidate(trial, args, kwargs, outs, inouts, "first call")
         for (name, now), (_, before) in zip(named_call_tensors(args, kwargs), named_call_tensors(*pristine)):
-            if name in out_names:
+            if name.split("[")[0] in self.roles.writable:
                 continue
             change = compare.max_difference(now, before)
             if change != 0:
+                declare = ("; a kernel that updates it in place declares it: inout_args=(...) (compared with the "
+                           "reference's updated copy) or scratch_args=(...) (restored, not compared)")
                 self._fail("input_mutated", f"the candidate modified its input {name}", trial, [
                     f"input {name}: max change {change:.3e} (inputs must be read-only; the gate compares them "
-                    "before and after the call)"])
+                    "before and after the call)" + declare])
+        if first.returned is None and not inouts:
+            self._fail("shape", "the candidate returned None on its first call (and no out_args or inout_args were "
+                                "given)", trial, [])
         second = None
         if self.check_determinism:
-            second = self._run_candidate(trial, args, kwargs, outs, "second call on the same inputs")
+            for name, tensor in restored:
+                tensor.copy_(pristine_by_name[name])
+            self.phase = f"after the candidate's second call ({self._where(trial)})"
+            second = self._run_candidate(trial, args, kwargs, outs, inouts, "second call on the same inputs")
             trial.determinism_checked = True
+        del args, kwargs, outs, restored, inouts
 
-        ref_out = self._run_reference(trial, pristine, index)
-        estimate = _LazyEstimate(lambda: self._honest_runs(pristine, ref_out))
+        self.phase = f"while running the reference on {self._copies_text(self.upcast_dtype)} ({self._where(trial)})"
+        ref_out = self._run_reference(trial, pristine)
+        problem = self._nonfinite_reference(ref_out)
+        if problem is not None:
+            if scale is not None:
+                name, ref, count, _ = problem
+                self._skip(trial, f"the reference is not finite there ({count} of {ref.numel()} elements of {name})")
+            self._fail_nonfinite_reference(trial, *problem)
+        estimate = _Lazy(lambda: self._honest_runs(pristine, ref_out))
         if self.expected_dtypes is None:  # the same-precision run also says which dtypes the candidate must return
+            self.phase = f"while running the reference's honest-error runs ({self._where(trial)})"
             estimate.get()
-        self._judge(trial, first, second, ref_out, estimate)
-        self.previous_outputs.append((index, first))
-        self.output_bytes = [t.numel() * t.element_size() for _, t in named_tensors(first, "out")]
+        if scale is not None:
+            self._skip_overflowing_outputs(trial, ref_out)
+        conditioned = _Lazy(lambda: self._conditioning(pristine, ref_out))
+        self.phase = f"while judging the outputs of {self._where(trial)}"
+        self._judge(trial, first, second, ref_out, estimate, conditioned)
+        if self.check_constant:
+            self.previous_outputs.append((index, {name: compare.fingerprint(t) for name, t in first.named()}))
+        self.output_bytes = [t.numel() * t.element_size() for _, t in first.named()]
 
     # -- running the user's code ------------------------------------------------------------------
-    def _where(self, index: int, seed: int) -> str:
-        return f"trial {index + 1} of {self.trials}, seed {seed}"
+    def _where(self, trial: TrialReport) -> str:
+        if trial.scale is None:
+            return f"trial {trial.trial + 1} of {self.trials}, seed {trial.seed}"
+        return (f"extremal trial {trial.trial + 1} of {len(self.input_scales)} (inputs "
+                f"{scales.scale_text(trial.scale)}), seed {trial.seed}")
 
-    def _inputs(self, index: int, seed: int) -> Any:
+    def _inputs(self, trial: TrialReport) -> Any:
         """``make_inputs(seed)``; its exception is reported as its own, and inputs with no tensor in them are
         a usage error (nothing would be checked)."""
+        seed = trial.seed
         try:
             inputs = self.make_inputs(seed)
         except Exception as exc:
@@ -228,8 +323,7 @@ class _Run:
                 hint = ("; make_inputs is called with one int, the seed: if this function is your reference or "
                         "your kernel, the arguments are in the wrong order: kernel_check(candidate, reference, "
                         "make_inputs)")
-            raised_by(exc, f"make_inputs `{_callable_name(self.make_inputs)}`({seed}) ({self._where(index, seed)})"
-                      + hint)
+            raised_by(exc, f"make_inputs `{_callable_name(self.make_inputs)}`({seed}) ({self._where(trial)})" + hint)
             raise
         args, kwargs = as_call(inputs)
         if not named_call_tensors(args, kwargs):
@@ -239,20 +333,54 @@ class _Run:
                 "drawn from the seed; check the order of the arguments")
         return inputs
 
-    # -- running the two sides --------------------------------------------------------------------
-    def _out_buffers(self, args: tuple, kwargs: dict) -> list[torch.Tensor]:
-        buffers = []
-        for key in self.out_args:
-            try:
-                value = args[key] if isinstance(key, int) else kwargs[key]
-            except (IndexError, KeyError):
-                raise DitgateUsageError(f"out_args names {key!r}, which make_inputs did not provide") from None
-            if not isinstance(value, torch.Tensor):
-                raise DitgateUsageError(f"out_args {key!r} is not a tensor ({type(value).__name__})")
-            buffers.append(value)
-        return buffers
+    def _scaled(self, trial: TrialReport, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+        """The trial's inputs at its scale (out buffers and arguments outside ``scaled_args`` unscaled)."""
+        skip = {key_name(key) for key in self.roles.out}
+        wanted = {key_name(key) for key in self.scaled_args} if self.scaled_args is not None else None
 
-    def _run_candidate(self, trial: TrialReport, args: tuple, kwargs: dict, outs: list, which: str) -> Any:
+        def scale_it(name: str) -> bool:
+            return name not in skip and (wanted is None or name in wanted)
+
+        try:
+            return (scales.scaled(args, trial.scale, trial.seed, scale_it),
+                    scales.scaled(kwargs, trial.scale, trial.seed, scale_it))
+        except OverflowError as exc:
+            self._skip(trial, str(exc))
+
+    def _skip(self, trial: TrialReport, why: str) -> None:
+        trial.skipped = why
+        self.report.notes.append(f"{self._where(trial)} skipped: {why} (input_scales= declares the scales an op "
+                                 "is valid at)")
+        raise _Skip(why)
+
+    def _check_fits(self, args: tuple, kwargs: dict) -> None:
+        """On the first trial: the memory a trial needs, against what the inputs' devices have free."""
+        itemsize = None if self.reference_dtype is None else self.reference_dtype.itemsize
+        self.estimate = memory.estimate((args, kwargs), itemsize)
+        devices = {t.device for _, t in named_call_tensors(args, kwargs)}
+        self.tracker.watch(devices)
+        for device in devices:
+            free, _ = memory.free_bytes(device)
+            if free is not None and self.estimate.needed > free:
+                raise DitgateResourceError(memory.resource_message(
+                    "before the first trial (estimated from the inputs)", self.estimate, device, self.tracker.held()))
+
+    def _device_of(self, exc: BaseException) -> Any:
+        for device in self.tracker.devices:
+            if str(device) in str(exc) or str(getattr(device, "index", "")) in str(exc):
+                return device
+        return self.tracker.devices[0] if self.tracker.devices else torch.device("cpu")
+
+    def _memory_record(self) -> dict[str, Any]:
+        record: dict[str, Any] = self.estimate.to_dict() if self.estimate is not None else {}
+        peaks = self.tracker.peaks()
+        if peaks:
+            record["devices"] = peaks
+        return record
+
+    # -- running the two sides --------------------------------------------------------------------
+    def _run_candidate(self, trial: TrialReport, args: tuple, kwargs: dict, outs: list,
+                       inouts: list[tuple[str, torch.Tensor]], which: str) -> _Outputs:
         devices = {t.device for _, t in named_call_tensors(args, kwargs)}
         if self.poison_memory:
             sizes = [t.numel() * t.element_size() for _, t in named_call_tensors(args, kwargs)] + self.output_bytes
@@ -266,37 +394,40 @@ class _Run:
                 result = self.candidate(*args, **kwargs)
             if result is None and outs:
                 result = outs[0] if len(outs) == 1 else tuple(outs)
-            ordered = map_tensors(result, _snapshot)  # in the caller's stream order
+            ordered = _Outputs(map_tensors(result, _snapshot),  # in the caller's stream order
+                               {name: _snapshot(t) for name, t in inouts})
             cuda = {t.device for _, t in named_tensors(result, "out") if t.is_cuda} | \
                 {d for d in devices if d.type == "cuda"}
             self._check_timers(trial, f"after the candidate's {which}")
             for device in cuda:
                 torch.cuda.synchronize(device)  # waits for every stream on the device
-            settled = map_tensors(result, _snapshot) if cuda else ordered
+            settled = _Outputs(result, dict(inouts)) if cuda else ordered
         except GateFailure:
             raise
         except Exception as exc:  # noqa: BLE001 - any exception inside the candidate is the crash verdict
-            raised_by(exc, f"the candidate `{_callable_name(self.candidate)}` on its {which} "
-                           f"({self._where(trial.trial, trial.seed)})")
-            self._fail("crash", f"the candidate raised {type(exc).__name__} on its {which}", trial,
-                       [clip(f"{type(exc).__name__}: {exc}")], cause=exc)
-        if result is None:
-            self._fail("shape", f"the candidate returned None on its {which} (and no out_args were given)", trial, [])
-        for (name, now), (_, then) in zip(named_tensors(settled, "out"), named_tensors(ordered, "out")):
+            raised_by(exc, f"the candidate `{_callable_name(self.candidate)}` on its {which} ({self._where(trial)})")
+            details = [clip(f"{type(exc).__name__}: {exc}")]
+            if memory.is_out_of_memory(exc):
+                held = self.tracker.held()
+                details.append("the check held " + (", ".join(f"{v / memory.GB:.2f} GB on {k}" for k, v in held.items())
+                                                    or "its inputs and their pristine copy") + " when the candidate ran")
+            self._fail("crash", f"the candidate raised {type(exc).__name__} on its {which}", trial, details, cause=exc)
+        for (name, now), (_, then) in zip(settled.named(), ordered.named()):
             if compare.max_difference(now, then) != 0:
                 self._fail("stale_output", f"{name} changed after the candidate returned ({which})", trial, [
                     f"{name} read in the caller's stream order differs from {name} after synchronising every "
                     "stream: work was left running on another stream, not ordered before the caller's stream"])
         return ordered
 
-    def _run_reference(self, trial: TrialReport, pristine: tuple, index: int) -> Any:
+    def _run_reference(self, trial: TrialReport, pristine: tuple) -> _Outputs:
         """The reference on upcast copies (float32 when it fails in float64 with an unsupported-dtype kind of
         error). Its own exception is raised as the reference's, once, never chained through the retry."""
         dtype = self.reference_dtype
-        out, error = self._try_reference(pristine, dtype, trial)
-        copies = f"{str(dtype).removeprefix('torch.')} copies of the inputs" if dtype is not None else "the inputs"
+        watch = self._precision_watch(dtype)
+        out, error = self._try_reference(pristine, dtype, trial, watch)
+        copies = self._copies_text(dtype)
         if error is not None and dtype == torch.float64 and isinstance(error, _UNSUPPORTED):
-            out, retry = self._try_reference(pristine, torch.float32, trial)
+            out, retry = self._try_reference(pristine, torch.float32, trial, None)
             if retry is None:
                 self.upcast_dtype = torch.float32
                 self.report.reference_dtype = f"float32 (float64 failed: {type(error).__name__})"
@@ -309,43 +440,73 @@ class _Run:
                 error = retry
         if error is not None:
             raised_by(error, f"the reference `{_callable_name(self.reference)}` on {copies} "
-                             f"({self._where(trial.trial, trial.seed)}): fix the reference (or make_inputs)")
+                             f"({self._where(trial)}): fix the reference (or make_inputs)")
             raise error
-        _require_tensor_outputs(out)
-        self._require_finite_reference(trial, out, copies)
+        if watch is not None and self.upcast_dtype == torch.float64:
+            note = watch.describe()
+            if note is not None:
+                self.report.notes.append(note)
+                warnings.warn(DitgateWarning(f"kernel_check {self.report.label!r}: {note}"), stacklevel=4)
+        _require_tensor_outputs(out.returned, none_allowed=bool(out.inout))
         return out
 
-    def _try_reference(self, pristine: tuple, dtype: torch.dtype | None, trial: TrialReport) -> tuple[Any, Any]:
+    def _copies_text(self, dtype: torch.dtype | None) -> str:
+        return f"{str(dtype).removeprefix('torch.')} copies of the inputs" if dtype is not None else "the inputs"
+
+    def _precision_watch(self, dtype: torch.dtype | None) -> Downcasts | None:
+        """The float64 run of the first trial is watched for conversions to float32 (not a compiled
+        reference: a dispatch mode would run it eagerly)."""
+        if self.watched_precision or dtype != torch.float64 or poison.looks_compiled(self.reference):
+            return None
+        self.watched_precision = True
+        return Downcasts()
+
+    def _try_reference(self, pristine: tuple, dtype: torch.dtype | None, trial: TrialReport,
+                       mode: Any = None) -> tuple[Any, Any]:
         """``(outputs, None)``, or ``(None, the exception the reference raised)``."""
         try:
-            return self._call_reference(pristine, dtype, trial), None
+            return self._call_reference(pristine, dtype, trial, mode=mode), None
         except _UserRaised as raised:
             return None, raised.error
 
-    def _require_finite_reference(self, trial: TrialReport, out: Any, copies: str) -> None:
-        """A reference that returns NaN or Inf checks nothing there (a candidate returning the same NaN would
-        pass): the test's bug, reported as ``reference_nonfinite`` with the first such index, never a pass."""
-        for name, ref in named_tensors(out, "out"):
+    def _nonfinite_reference(self, out: _Outputs) -> tuple[str, torch.Tensor, int, tuple[int, ...]] | None:
+        """The first output where the reference is NaN/Inf: ``(name, output, count, first index)``."""
+        for name, ref in out.named():
             if not compare.is_inexact(ref):
                 continue
-            bad = ~torch.isfinite(ref)
-            if bool(bad.any()):
-                where = tuple(int(i) for i in bad.nonzero()[0].tolist())
-                self._fail("reference_nonfinite", f"the REFERENCE `{_callable_name(self.reference)}` returned "
-                           f"NaN/Inf in {name} (fix the reference or make_inputs)", trial, [
-                               f"{int(bad.sum())} of {ref.numel()} elements of the reference's {name} "
-                               f"{dtype_name(ref.dtype)}{list(ref.shape)} are non-finite, computed on {copies}; first "
-                               f"at index {where}: {_num(ref[where])}",
-                               "a non-finite reference checks nothing there (a candidate returning the same NaN would "
-                               "match it): draw inputs inside the reference's domain (e.g. positive for log or sqrt) "
-                               "or compute the reference stably"], output=name)
+            count, where = compare.first_where(ref, lambda chunk, _: ~torch.isfinite(chunk))
+            if count:
+                return name, ref, count, where
+        return None
 
-    def _honest_runs(self, pristine: tuple, ref_out: Any) -> "_Estimate":
+    def _fail_nonfinite_reference(self, trial: TrialReport, name: str, ref: torch.Tensor, count: int,
+                                  where: tuple[int, ...]) -> None:
+        """A reference that returns NaN or Inf checks nothing there (a candidate returning the same NaN would
+        pass): the test's bug, reported as ``reference_nonfinite`` with the first such index, never a pass."""
+        copies = self._copies_text(self.upcast_dtype)
+        self._fail("reference_nonfinite", f"the REFERENCE `{_callable_name(self.reference)}` returned "
+                   f"NaN/Inf in {name} (fix the reference or make_inputs)", trial, [
+                       f"{count} of {ref.numel()} elements of the reference's {name} "
+                       f"{dtype_name(ref.dtype)}{list(ref.shape)} are non-finite, computed on {copies}; first "
+                       f"at index {where}: {_num(ref[where])}",
+                       "a non-finite reference checks nothing there (a candidate returning the same NaN would "
+                       "match it): draw inputs inside the reference's domain (e.g. positive for log or sqrt) "
+                       "or compute the reference stably"], output=name)
+
+    def _skip_overflowing_outputs(self, trial: TrialReport, ref_out: _Outputs) -> None:
+        """An extremal trial whose exact output does not fit the dtype the candidate returns is outside the
+        op's range in that dtype."""
+        for (name, ref), expected in zip(ref_out.named(), self.expected_dtypes or []):
+            if expected.is_floating_point and expected != torch.float64 and \
+                    compare.gap_norm(ref, ref, cast=expected) is None:
+                self._skip(trial, f"the reference's {name} overflows {dtype_name(expected)}")
+
+    def _honest_runs(self, pristine: tuple, ref_out: _Outputs) -> "_Estimate":
         """The reference at the candidate's precision and on float64 ``|inputs|`` (for the honest-error
         estimate); the first also gives the expected output dtypes. A run that fails is left out, with why."""
         if self.reference_dtype is None:  # the reference already ran at the inputs' precision
             if self.expected_dtypes is None:
-                self.expected_dtypes = [t.dtype for _, t in named_tensors(ref_out, "out")]
+                self.expected_dtypes = [t.dtype for _, t in ref_out.named()]
             return _Estimate(None, None, ("reference run in the inputs' dtypes: table bounds only",), None)
         declared = dtype_name(self.tolerance["compute_dtype"]) if self.tolerance["compute_dtype"] is not None else None
         notes: list[str] = []
@@ -354,19 +515,43 @@ class _Run:
             same = self._optional_run(pristine, None, "same-precision", notes, (GateFailure,))
         if self.expected_dtypes is None:
             self.expected_dtypes = self._native_dtypes(pristine, ref_out, same)
-        # a reference may reject |inputs| in any way; the estimate then omits it
-        magnitude = self._optional_run(map_tensors(pristine, _magnitude), self.upcast_dtype, "|inputs|", notes,
-                                       (Exception,))
+        # a reference may reject |inputs| in any way; the estimate then omits it. A magnitude needs no float64
+        # (half the memory): float32 unless the inputs are float64
+        wide = any(t.dtype in (torch.float64, torch.complex128) for _, t in named_call_tensors(*pristine))
+        magnitude = self._optional_run(pristine, self.upcast_dtype if wide else torch.float32, "|inputs|", notes,
+                                       (Exception,), transform=_magnitude)
         floating = sum(t.numel() for _, t in named_call_tensors(*pristine) if t.is_floating_point())
         return _Estimate(same, magnitude, tuple(notes), floating)
 
+    def _conditioning(self, pristine: tuple, ref_out: _Outputs) -> conditioning.Conditioning:
+        """Each output's rel-norm error with roundings simulated in the reference (Monte Carlo arithmetic),
+        at the accumulator's unit roundoff (fp32's unless every output is float64)."""
+        if self.reference_dtype is None:
+            return conditioning.Conditioning()
+        named = ref_out.named()
+        dtypes = self.expected_dtypes or [t.dtype for _, t in named]
+        roundoff = max((accumulation_roundoff(d) for d in dtypes if d.is_floating_point or d.is_complex),
+                       default=accumulation_roundoff(torch.float32))
+
+        def run(mode: Any) -> list[tuple[str, torch.Tensor]]:
+            return self._call_reference(pristine, self.upcast_dtype, None, transform=mode.perturb, mode=mode).named()
+
+        try:
+            return conditioning.measure(run, dict(named), roundoff=roundoff, seed=self.seed)
+        except (GateFailure, DitgateUsageError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the estimate does without it (out of memory included)
+            if isinstance(exc, _UserRaised):
+                exc = exc.error
+            return conditioning.Conditioning(notes=[f"conditioning run failed ({type(exc).__name__}): not used"])
+
     def _optional_run(self, pristine: tuple, dtype: torch.dtype | None, what: str, notes: list[str],
-                      catch: tuple[type[BaseException], ...]) -> Any:
+                      catch: tuple[type[BaseException], ...], transform: Callable[[Any], Any] | None = None) -> Any:
         """A reference run the estimate can do without: None (and why, in ``notes``) when the reference raises
         (on these dtypes or magnitudes), or the gate fails it with one of ``catch``; replaced timing functions
         still fail the gate."""
         try:
-            return self._call_reference(pristine, dtype, None)
+            return self._call_reference(pristine, dtype, None, transform=transform)
         except _UserRaised as raised:
             notes.append(f"{what} run failed ({type(raised.error).__name__}): not used")
             return None
@@ -376,52 +561,65 @@ class _Run:
             notes.append(f"{what} run failed ({type(exc).__name__}): not used")
             return None
 
-    def _call_reference(self, pristine: tuple, dtype: torch.dtype | None, trial: TrialReport) -> Any:
-        args, kwargs = (map_tensors(part, lambda t: compare.upcast(t, dtype)) for part in pristine)
-        before = [t.clone() for _, t in named_call_tensors(args, kwargs)]
+    def _call_reference(self, pristine: tuple, dtype: torch.dtype | None, trial: TrialReport | None,
+                        transform: Callable[[Any], Any] | None = None, mode: Any = None) -> _Outputs:
+        """The reference on fresh copies of the pristine inputs (in ``dtype``; ``transform`` applied; under the
+        dispatch ``mode`` when given). The main run (``trial`` given) checks that the reference leaves its
+        read-only inputs alone."""
+        def prepare(t: torch.Tensor) -> torch.Tensor:
+            copy = compare.upcast(t, dtype)
+            return transform(copy) if transform is not None else copy
+
+        args, kwargs = (map_tensors(part, prepare) for part in pristine)
         try:
-            out = self.reference(*args, **kwargs)
+            with mode if mode is not None else contextlib.nullcontext():
+                out = self.reference(*args, **kwargs)
         except Exception as exc:  # the reference's own error: the caller decides how it is reported
             raise _UserRaised(exc) from None
-        outs = self._out_buffers(args, kwargs)
+        outs = [t for _, t in self.roles.tensors(args, kwargs, "out_args")]
         if out is None and outs:
             out = outs[0] if len(outs) == 1 else tuple(outs)
-        for (name, now), then in zip(named_call_tensors(args, kwargs), before):
-            if any(now is o for o in outs):
-                continue
-            if compare.max_difference(now, then) != 0:
-                self._fail("input_mutated", f"the REFERENCE modified its input {name} (fix the reference)",
-                           trial, [])
-        out = map_tensors(out, _snapshot)
-        for device in {t.device for _, t in named_tensors(out, "out") if t.is_cuda}:
+        inout = {name: t.detach() for name, t in self.roles.tensors(args, kwargs, "inout_args")}
+        if trial is not None:
+            for (name, now), (_, then) in zip(named_call_tensors(args, kwargs), named_call_tensors(*pristine)):
+                if name.split("[")[0] in self.roles.writable or any(now is o for o in outs):
+                    continue
+                if compare.max_difference(now, then, cast=True) != 0:
+                    self._fail("input_mutated", f"the REFERENCE modified its input {name} (fix the reference, or "
+                               "declare it in inout_args / scratch_args)", trial, [])
+        out = map_tensors(out, lambda t: t.detach())
+        for device in {t.device for _, t in named_tensors((out, inout), "out") if t.is_cuda}:
             torch.cuda.synchronize(device)
         self._check_timers(trial, "after the reference")
-        return out
+        return _Outputs(out, inout)
 
     @staticmethod
-    def _native_dtypes(pristine: tuple, upcast_out: Any, native: Any) -> list[torch.dtype]:
+    def _native_dtypes(pristine: tuple, upcast_out: _Outputs, native: _Outputs | None) -> list[torch.dtype]:
         """Output dtypes of the reference on the inputs' own dtypes (what the candidate must return); the
-        promoted floating input dtype when that run failed."""
+        promoted floating input dtype when that run failed (an in-out argument keeps its own dtype)."""
         if native is not None:
-            return [t.dtype for _, t in named_tensors(native, "out")]
+            return [t.dtype for _, t in native.named()]
         floats = [t.dtype for _, t in named_call_tensors(*pristine) if t.is_floating_point()]
         promoted = floats[0] if floats else None
         for dt in floats[1:]:
             promoted = torch.promote_types(promoted, dt)
-        return [promoted if (promoted is not None and t.is_floating_point()) else t.dtype
-                for _, t in named_tensors(upcast_out, "out")]
+        by_name = dict(named_call_tensors(*pristine))
+        dtypes = [promoted if (promoted is not None and t.is_floating_point()) else t.dtype
+                  for _, t in named_tensors(upcast_out.returned, "out")]
+        return dtypes + [by_name[name].dtype for name in upcast_out.inout]
 
     # -- judging one trial ------------------------------------------------------------------------
-    def _judge(self, trial: TrialReport, first: Any, second: Any, ref_out: Any, estimate: "_LazyEstimate") -> None:
-        if structure_of(first) != structure_of(ref_out):
-            loose = [name for name, value in named_leaves(first, "out")
+    def _judge(self, trial: TrialReport, first: _Outputs, second: _Outputs | None, ref_out: _Outputs,
+               estimate: "_Lazy", conditioned: "_Lazy") -> None:
+        if structure_of(first.returned) != structure_of(ref_out.returned):
+            loose = [name for name, value in named_leaves(first.returned, "out")
                      if value is not None and not isinstance(value, torch.Tensor)]
             hint = ([f"kernel_check compares torch tensors: {loose[0]} is not one; return a torch.Tensor (several "
                      "outputs as a tuple, list or dict of tensors)"] if loose else [])
             self._fail("shape", "the candidate's outputs are structured differently from the reference's", trial,
-                       [f"the candidate returned {describe(first)}",
-                        f"the reference returned {describe(ref_out)}", *hint])
-        pairs = list(zip(named_tensors(first, "out"), named_tensors(ref_out, "out"), self.expected_dtypes or []))
+                       [f"the candidate returned {describe(first.returned)}",
+                        f"the reference returned {describe(ref_out.returned)}", *hint])
+        pairs = list(zip(first.named(), ref_out.named(), self.expected_dtypes or []))
         for (name, cand), (_, ref), expected in pairs:
             if cand.shape != ref.shape:
                 self._fail("shape", f"{name} has shape {list(cand.shape)}, the reference's has {list(ref.shape)}",
@@ -431,37 +629,16 @@ class _Run:
                 self._fail("dtype", f"{name} is {cand.dtype}, the reference returns {expected} on these inputs",
                            trial, [f"output {name}: shape {list(cand.shape)}"])
         for (name, cand), (_, ref), _ in pairs:
-            stale = poison.poisoned_mask(cand)
-            if stale is not None:
-                ref_poison = poison.poisoned_mask(ref.to(cand.device, cand.dtype))
-                stale = stale & ~ref_poison
-                if bool(stale.any()):
-                    where = tuple(int(i) for i in stale.nonzero()[0].tolist())
-                    self._fail("stale_output", f"{name} has elements the candidate never wrote", trial, [
-                        f"{int(stale.sum())} of {cand.numel()} elements of {name} still hold the poison pattern "
-                        f"(0xFF bytes) put into fresh allocations and freed memory before the call; first at "
-                        f"index {where} (reference there: {_num(ref[where])}): outputs left unwritten read "
-                        "stale memory (e.g. torch.empty holding an earlier result)"])
-            bad = compare.nonfinite_where_reference_finite(cand, ref)
-            if bad is not None and bool(bad.any()):
-                where = tuple(int(i) for i in bad.nonzero()[0].tolist())
+            if self.poison_memory:  # without poisoning, bytes of 0xFF are a value (a NaN), not a sign of staleness
+                self._judge_poison(trial, name, cand, ref)
+            count, where = compare.nonfinite_where_reference_finite(cand, ref)
+            if count:
                 self._fail("nonfinite", f"{name} has NaN/Inf where the reference is finite", trial, [
-                    f"{int(bad.sum())} of {cand.numel()} elements of {name} are non-finite; first at index {where}: "
+                    f"{count} of {cand.numel()} elements of {name} are non-finite; first at index {where}: "
                     f"candidate {_num(cand[where])} vs reference {_num(ref[where])}"])
+        structure = structure_of(ref_out.returned)
         for (name, cand), (_, ref), _ in pairs:
-            tol = tolerance_for(cand.dtype, **self.tolerance)
-            result = compare.compare_output(name, cand, ref, tol)
-            # the derived bound is never below the table's, so the estimate is only needed when the table fails
-            if not result.passed and compare.is_inexact(cand) and not tol.exact:
-                runs = estimate.get()
-                same, magnitude = runs.outputs(ref_out)
-                compute = self.tolerance["compute_dtype"]
-                bound = honest.estimate(ref, same.get(name), magnitude.get(name), table=tol.rel_norm,
-                                        roundoff=accumulation_roundoff(cand.dtype, compute),
-                                        ceiling=rel_norm_ceiling(cand.dtype, compute), notes=runs.notes,
-                                        inputs_per_output=runs.inputs_per_output(ref))
-                result = compare.compare_output(name, cand, ref, tol, bound)
-            trial.outputs.append(result)
+            trial.outputs.append(self._compare(name, cand, ref, structure, estimate, conditioned))
         for result, ((name, cand), _, _) in zip(trial.outputs, pairs):
             if result.passed:
                 continue
@@ -475,22 +652,66 @@ class _Run:
         if second is not None:
             self._judge_determinism(trial, first, second)
 
+    def _judge_poison(self, trial: TrialReport, name: str, cand: torch.Tensor, ref: torch.Tensor) -> None:
+        if cand.dtype is torch.bool:
+            return
+        flat_ref = ref.detach().reshape(-1)
+
+        def stale(chunk: torch.Tensor, start: int) -> torch.Tensor:
+            ref_chunk = flat_ref[start:start + chunk.numel()].to(chunk.device, chunk.dtype)
+            return poison.poisoned_mask(chunk) & ~poison.poisoned_mask(ref_chunk)
+
+        count, where = compare.first_where(cand, stale)
+        if count:
+            self._fail("stale_output", f"{name} has elements the candidate never wrote", trial, [
+                f"{count} of {cand.numel()} elements of {name} still hold the poison pattern "
+                f"(0xFF bytes) put into fresh allocations and freed memory before the call; first at "
+                f"index {where} (reference there: {_num(ref[where])}): outputs left unwritten read "
+                "stale memory (e.g. torch.empty holding an earlier result)"])
+
+    def _compare(self, name: str, cand: torch.Tensor, ref: torch.Tensor, structure: Any, estimate: "_Lazy",
+                 conditioned: "_Lazy") -> Any:
+        """The output against the table's bound; where it fails, against the derived one; where that fails
+        too, with the problem's conditioning measured."""
+        tol = tolerance_for(cand.dtype, **self.tolerance)
+        result = compare.compare_output(name, cand, ref, tol)
+        # the derived bound is never below the table's, so the estimate is only needed when the table fails
+        if result.passed or not compare.is_inexact(cand) or tol.exact:
+            return result
+        runs = estimate.get()
+        same, magnitude = runs.outputs(structure)
+        compute = self.tolerance["compute_dtype"]
+        local = compare.local_scale(magnitude.get(name), ref)
+        settings = dict(table=tol.rel_norm, roundoff=accumulation_roundoff(cand.dtype, compute),
+                        ceiling=rel_norm_ceiling(cand.dtype, compute), inputs_per_output=runs.inputs_per_output(ref),
+                        output_dtype=cand.dtype)
+        bound = honest.estimate(ref, same.get(name), magnitude.get(name), notes=runs.notes, **settings)
+        result = compare.compare_output(name, cand, ref, tol, bound, local)
+        if result.passed:
+            return result
+        measured = conditioned.get()
+        if name not in measured.relative:
+            return result
+        bound = honest.estimate(ref, same.get(name), magnitude.get(name), notes=runs.notes + tuple(measured.notes),
+                                conditioning=measured.relative[name], **settings)
+        return compare.compare_output(name, cand, ref, tol, bound, local, measured.elementwise.get(name))
+
     def _equal_earlier_output(self, name: str, cand: torch.Tensor) -> int | None:
+        mark = compare.fingerprint(cand)
         for index, outputs in self.previous_outputs:
-            for other_name, other in named_tensors(outputs, "out"):
-                if other_name == name and other.shape == cand.shape and compare.max_difference(cand, other) == 0:
-                    return index
+            if outputs.get(name) == mark:
+                return index
         return None
 
-    def _judge_determinism(self, trial: TrialReport, first: Any, second: Any) -> None:
-        if structure_of(first) != structure_of(second):
+    def _judge_determinism(self, trial: TrialReport, first: _Outputs, second: _Outputs) -> None:
+        if structure_of(first.returned) != structure_of(second.returned):
             self._fail("nondeterministic", "two calls on the same inputs returned differently structured outputs",
-                       trial, [f"first {describe(first)}", f"second {describe(second)}"])
-        for (name, a), (_, b) in zip(named_tensors(first, "out"), named_tensors(second, "out")):
+                       trial, [f"first {describe(first.returned)}", f"second {describe(second.returned)}"])
+        for (name, a), (_, b) in zip(first.named(), second.named()):
             difference = compare.max_difference(a, b)
             trial.nondeterminism = max(trial.nondeterminism, difference)
             if difference > self.nondeterminism_atol and not self.allow_nondeterminism:
-                count = int((a != b).sum()) if a.shape == b.shape else a.numel()
+                count = compare.first_where(a, _differs_from(b))[0] if a.shape == b.shape else a.numel()
                 self._fail("nondeterministic", f"{name} differs between two calls on the same inputs", trial, [
                     f"max abs difference {difference:.3e} over {count} of {a.numel()} elements "
                     f"(allowance nondeterminism_atol={self.nondeterminism_atol:g}; pass allow_nondeterminism=True "
@@ -512,26 +733,28 @@ class _Run:
         self.report.reason = reason
         self.report.failed_trial = trial.trial if trial is not None else None
         self.report.failed_output = output
+        self.report.memory = self._memory_record()
         message = failure_message(self.report, reason, headline, trial, details)
         raise GateFailure(reason, message, report=self.report) from cause
 
 
-class _LazyEstimate:
-    """The honest-error runs of one trial, made on first use (two reference runs a passing trial skips)."""
+class _Lazy:
+    """A value made on first use (the honest-error runs of one trial, its conditioning)."""
 
-    def __init__(self, make: Callable[[], "_Estimate"]) -> None:
-        self._make, self._value = make, None
+    def __init__(self, make: Callable[[], Any]) -> None:
+        self._make, self._value, self._made = make, None, False
 
-    def get(self) -> "_Estimate":
-        if self._value is None:
-            self._value = self._make()
+    def get(self) -> Any:
+        if not self._made:
+            self._value, self._made = self._make(), True
         return self._value
 
 
 class _Estimate:
     """The reference's outputs at the candidate's precision and on ``|inputs|`` (None: not run or failed)."""
 
-    def __init__(self, same: Any, magnitude: Any, notes: tuple[str, ...], input_elements: int | None) -> None:
+    def __init__(self, same: _Outputs | None, magnitude: _Outputs | None, notes: tuple[str, ...],
+                 input_elements: int | None) -> None:
         self.same, self.magnitude, self.notes = same, magnitude, notes
         self.input_elements = input_elements  # floating input elements (None: no estimate is made)
 
@@ -540,25 +763,37 @@ class _Estimate:
             return None
         return self.input_elements / output.numel()
 
-    def outputs(self, ref_out: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Each run's tensors by output name, only when structured like the reference's outputs."""
-        return tuple({name: t for name, t in named_tensors(run, "out")}
-                     if run is not None and structure_of(run) == structure_of(ref_out) else {}
+    def outputs(self, structure: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Each run's tensors by output name, only when its return value is structured as ``structure``
+        (the reference's)."""
+        return tuple({name: t for name, t in run.named()}
+                     if run is not None and structure_of(run.returned) == structure else {}
                      for run in (self.same, self.magnitude))
 
 
 def _magnitude(tensor: torch.Tensor) -> torch.Tensor:
-    """``|x|`` for real floating inputs (the size of each term the reference adds); others unchanged."""
-    return tensor.abs() if tensor.is_floating_point() else tensor
+    """``|x|`` for real floating inputs (the size of each term the reference adds), in place on a fresh copy;
+    others unchanged."""
+    return tensor.abs_() if tensor.is_floating_point() else tensor
 
 
-def _require_tensor_outputs(out: Any) -> None:
+def _differs_from(other: torch.Tensor) -> Callable[[torch.Tensor, int], torch.Tensor]:
+    flat = other.detach().reshape(-1)
+
+    def mask(chunk: torch.Tensor, start: int) -> torch.Tensor:
+        return chunk != flat[start:start + chunk.numel()].to(chunk.device)
+
+    return mask
+
+
+def _require_tensor_outputs(out: Any, *, none_allowed: bool = False) -> None:
     """Only tensors are compared: a reference output with no tensor, or with other values beside its tensors
-    (a Python number, a bool), would leave those values unchecked, so it is a usage error (None is allowed)."""
+    (a Python number, a bool), would leave those values unchecked, so it is a usage error (None is allowed;
+    no tensor at all only when in-out arguments are the outputs)."""
     leaves = list(named_leaves(out, "out"))
     loose = [f"{name} ({type(value).__name__})" for name, value in leaves
              if value is not None and not isinstance(value, torch.Tensor)]
-    if loose or not any(isinstance(value, torch.Tensor) for _, value in leaves):
+    if loose or not (none_allowed or any(isinstance(value, torch.Tensor) for _, value in leaves)):
         raise DitgateUsageError(
             "kernel_check compares tensor outputs only, but the reference returned "
             + (f"non-tensor values {', '.join(loose)}" if loose else "no tensor")

@@ -40,9 +40,12 @@ class HonestBound:
 
     ``same_precision``: rel-norm error of the reference run at the candidate's precision; ``magnitude``:
     ``u * ||f(|x|)|| / ||f(x)||``; ``length``: ``u * sqrt(L)`` with L the input elements per output element
-    (the growth of a long sum's rounding error where its terms do not cancel); None when not run or not
-    usable (``notes`` says why). ``bound`` is the largest of the table's ``rel_norm`` and the factored
-    estimates, capped at the dtype's ceiling; ``source`` names which one it is.
+    (the growth of a long sum's rounding error where its terms do not cancel); ``conditioning``: rel-norm
+    error of the reference with its intermediate results perturbed by roundings (measured only where the
+    other terms leave the candidate failing); ``representable``: rel-norm error of the reference rounded to
+    the output's dtype; None when not run or not usable (``notes`` says why). ``bound`` is the largest of the
+    table's ``rel_norm`` and the factored estimates, capped at ``cap``: the dtype's ``ceiling``, lifted by
+    the conditioning and representable terms; ``source`` names which one it is.
     """
 
     table: float
@@ -53,6 +56,10 @@ class HonestBound:
     source: str = "table"
     rule: HonestRule = field(default_factory=lambda: tolerances.HONEST_RULE)  # read when made, as estimate() does
     notes: tuple[str, ...] = ()
+    conditioning: float | None = None
+    representable: float | None = None
+    ceiling: float | None = None
+    cap: float | None = None
 
     @classmethod
     def table_only(cls, table: float, *notes: str) -> "HonestBound":
@@ -66,7 +73,14 @@ class HonestBound:
             parts.append(f"u*|f(|x|)|/|f(x)| {self.magnitude:.2e} x{self.rule.magnitude:g}")
         if self.length is not None:
             parts.append(f"u*sqrt(inputs per output) {self.length:.2e} x{self.rule.length:g}")
+        if self.conditioning is not None:
+            parts.append(f"conditioning (roundings simulated in the reference) {self.conditioning:.2e} "
+                         f"x{self.rule.conditioning:g}")
+        if self.representable is not None:
+            parts.append(f"reference rounded to the output dtype {self.representable:.2e} x{self.rule.representable:g}")
         text = f"rel-norm bound {self.bound:.2e} from the {self.source} (honest-error estimate: {'; '.join(parts)})"
+        if self.cap is not None and self.ceiling is not None and self.cap > self.ceiling:
+            text += f"; ceiling {self.ceiling:.1e} lifted to {self.cap:.2e} by the output's conditioning"
         return text + "".join(f"; {note}" for note in self.notes)
 
 
@@ -89,6 +103,20 @@ class OutputComparison:
     worst_reference: float | complex | None = None
     honest: HonestBound | None = None
     elementwise_ratio: float = 0.0  # max over elements of |out - ref| / allowed
+    atol_used: float | None = None  # the absolute tolerance applied (the table's atol x the output's scale)
+    scale: float | None = None  # the output's mean magnitude, mean(|ref|)
+    local_scale: bool = False  # elements scaled by the size of their own terms (the |inputs| run)
+    conditioned: bool = False  # elements allowed their own simulated rounding error (the conditioning runs)
+
+    def _scale_text(self) -> str:
+        """The elementwise allowance's scale and absolute tolerance, as applied."""
+        scale = "mean|ref|" + ("" if self.scale is None else f" = {self.scale:.3g}")
+        if self.local_scale:
+            scale = f"max({scale}, the size of the element's terms |f(|x|)| at the output's RMS)"
+        atol = "" if self.atol_used is None else f"; atol applied {self.atol_used:.3g}"
+        own = (f", or {self.honest.rule.conditioning:g} x the element's simulated rounding error"
+               if self.conditioned and self.honest is not None else "")
+        return f"scale)){own}; scale {scale}{atol}"
 
     @property
     def rel_norm_bound(self) -> float:
@@ -128,7 +156,7 @@ class OutputComparison:
             f"max abs err {self.max_abs:.3e}, max rel err {self.max_rel:.3e}",
             str(honest),
             f"elementwise allowance max(atol + rtol*|ref|, {honest.rule.elementwise:g} x rel-norm bound x "
-            f"(|ref| + rms(ref))); table {self.tolerance}",
+            f"(|ref| + {self._scale_text()}; table {self.tolerance}",
         ]
         if self.worst_index is not None:
             out.append(f"worst at index {self.worst_index}: candidate {_num(self.worst_candidate)} vs "
@@ -147,6 +175,8 @@ class TrialReport:
     candidate_first: bool = True
     determinism_checked: bool = False
     nondeterminism: float = 0.0  # max abs difference between two candidate runs on the same inputs
+    scale: float | str | None = None  # an extremal trial's input scale (a factor or "mixed"); None: unit scale
+    skipped: str | None = None  # why an extremal trial was not judged (outside the op's range)
 
     @property
     def passed(self) -> bool:
@@ -164,10 +194,17 @@ class KernelReport:
     checks: tuple[str, ...]
     repro: str
     trials: list[TrialReport] = field(default_factory=list)
+    #: the extremal trials, after ``trials`` (inputs at other scales; a skipped one says why)
+    extremal_trials: list[TrialReport] = field(default_factory=list)
     passed: bool = False
     reason: str | None = None
     failed_trial: int | None = None
     failed_output: str | None = None
+    extremal_requested: int = 0
+    #: what the check noticed beside its verdict: skipped extremal trials, a reference computing in float32
+    notes: list[str] = field(default_factory=list)
+    #: the memory a trial needs (estimate) and the peak each CUDA device reached during the check
+    memory: dict[str, Any] = field(default_factory=dict)
 
     @property
     def seeds(self) -> list[int]:
@@ -175,7 +212,8 @@ class KernelReport:
 
     def _worst(self, attribute: str) -> float:
         """The largest value of an error figure over every output of every trial run."""
-        return max((getattr(o, attribute) for trial in self.trials for o in trial.outputs), default=0.0)
+        return max((getattr(o, attribute) for trial in self.trials + self.extremal_trials for o in trial.outputs),
+                   default=0.0)
 
     @property
     def max_abs_error(self) -> float:
@@ -200,28 +238,57 @@ class KernelReport:
                     rel_norm_error=self.rel_norm_error, mismatch_fraction=self.mismatch_fraction)
         return _jsonable(data)
 
+    @property
+    def peak_device_bytes(self) -> int | None:
+        """The highest CUDA allocation peak any device reached during the check (None on the CPU)."""
+        peaks = [d["peak_allocated_bytes"] for d in self.memory.get("devices", {}).values()]
+        return max(peaks) if peaks else None
+
     def summary(self) -> str:
         state = "passed" if self.passed else f"FAILED [{self.reason}]"
-        return (f"kernel_check {self.label!r} {state}: {len(self.trials)} trial(s), seeds {self.seeds}, "
+        skipped = sum(1 for trial in self.extremal_trials if trial.skipped)
+        extremal = len(self.extremal_trials)
+        trials = f"{len(self.trials)} trial(s)" + (f" + {extremal} extremal ({skipped} skipped)" if extremal else "")
+        text = (f"kernel_check {self.label!r} {state}: {trials}, seeds {self.seeds}, "
                 f"max abs err {self.max_abs_error:.3e}, max rel err {self.max_rel_error:.3e}, "
                 f"rel-norm err {self.rel_norm_error:.3e}; checks: {', '.join(self.checks)}")
+        inputs, peak = self.memory.get("inputs_bytes"), self.peak_device_bytes
+        if peak is not None and inputs:
+            text += f"; peak device memory {peak / (1 << 30):.2f} GB ({peak / inputs:.1f}x the inputs)"
+        return text + "".join(f"; note: {note}" for note in self.notes)
 
 
 def failure_message(report: KernelReport, reason: str, headline: str, trial: TrialReport | None,
                     details: list[str]) -> str:
     """The multi-line text of a ``GateFailure``: what failed, where, the figures and a repro line."""
     where = ""
+    extra = ""
     if trial is not None:
         order = "candidate ran before the reference" if trial.candidate_first else "reference ran first"
-        where = f" (trial {trial.trial + 1} of {report.trials_requested}, seed {trial.seed}; {order})"
+        if trial.scale is None:
+            which = f"trial {trial.trial + 1} of {report.trials_requested}"
+        else:
+            which = (f"extremal trial {trial.trial + 1} of {report.extremal_requested}, inputs "
+                     f"{_scale_text(trial.scale)}")
+            extra = f", input_scales=({_scale_arg(trial.scale)},)"
+        where = f" ({which}, seed {trial.seed}; {order})"
     lines = [f"kernel_check {report.label!r} failed: {reason}: {headline}{where}"]
     if trial is not None and trial.inputs:
         lines.append("inputs: " + "; ".join(str(desc) for desc in trial.inputs))
     lines.extend(details)
+    lines.extend(f"note: {note}" for note in report.notes)
     lines.append(f"reference computed in {report.reference_dtype}; checks run: {', '.join(report.checks)}")
     seed = trial.seed if trial is not None else report.seed
-    lines.append("repro: " + report.repro.format(seed=seed))
+    lines.append("repro: " + report.repro.format(seed=seed, extra=extra))
     return "\n  ".join(lines)
+
+
+def _scale_text(scale: float | str) -> str:
+    return "mixed (each row x 10^U(-3, 3))" if scale == "mixed" else f"x {scale:g}"
+
+
+def _scale_arg(scale: float | str) -> str:
+    return repr(scale) if isinstance(scale, str) else f"{scale:g}"
 
 
 def _ratio(value: float) -> str:

@@ -62,5 +62,14 @@ _leave(_main(_sys.argv[1:]))
 '''
 
 
+#: a timing server (``timing_server.py``): ``python -B -c SERVER <root> <timing module> <impls> <rfd> <wfd>``; the
+#: root (the candidate's tree, or a checkout of the best's commit) comes first on ``sys.path``
+SERVER = SOURCE_ONLY + r'''
+_sys.path.insert(0, _ROOT)
+from pytest_ditgate.experiment.timing_server import main as _main
+_leave(_main(_sys.argv[1:]))
+'''
+
+
 def command(code: str, root: str, *args: str) -> list[str]:
     return [sys.executable, "-B", "-c", code, root, *args]

@@ -21,7 +21,7 @@ from typing import Any, Iterator
 
 import pytest
 
-from pytest_ditgate.judged_run import CLASS, OUT_ENV, OUTPUTS, TESTS
+from pytest_ditgate.judged_run import CLASS, JUDGE_TIMES_ENV, OUT_ENV, OUTPUTS, TESTS, TIMED_BY_JUDGE
 from pytest_ditgate.report_properties import CLASS_EVIDENCE_PROPERTY, CONFIG_PROPERTY, REASON_PROPERTY
 
 
@@ -60,10 +60,12 @@ class ChildRecorder:
     def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = ()) -> None:
         from safetensors.torch import save_file
 
+        from pytest_ditgate.golden.serializer import plain_copies
+
         self.count += 1
         file = f"outputs/{self.count:04d}.safetensors"
         (self.out / "outputs").mkdir(parents=True, exist_ok=True)
-        plain = {k: v.detach().to("cpu").contiguous() for k, v in tensors.items()}
+        plain = plain_copies(tensors)  # tensors sharing memory are values too; safetensors refuses them
         save_file(plain, str(self.out / file))
         _append(self.out / OUTPUTS, {"name": name, "key": key, "test": nodeid, "file": file,
                                      "optional": [str(p) for p in optional],
@@ -124,6 +126,18 @@ class ChildRecorder:
         _append(self.out / TESTS, {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
                                    "reason": dict(report.user_properties).get(REASON_PROPERTY) or props.get(REASON_PROPERTY),
                                    "message": message[:2000]})
+
+    def pytest_collection_modifyitems(self, config: pytest.Config, items: list[pytest.Item]) -> None:
+        """Where the judge times the lane itself, a test that times in this process (``ditbench``) is left out:
+        its numbers would not count, and its time would."""
+        if os.environ.get(JUDGE_TIMES_ENV) != "1":
+            return
+        timing = [item for item in items if "ditbench" in getattr(item, "fixturenames", ())]
+        if timing:
+            kept = [item for item in items if item not in timing]
+            config.hook.pytest_deselected(items=timing)
+            items[:] = kept
+        (self.out / TIMED_BY_JUDGE).write_text(json.dumps(sorted(item.nodeid for item in timing)))
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:

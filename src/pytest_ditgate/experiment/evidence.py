@@ -39,6 +39,8 @@ class ChildEvidence:
     comparisons: list[dict[str, Any]] = field(default_factory=list)
     observed: dict[str, Any] = field(default_factory=dict)
     skipped_lines: int = 0
+    #: tests the child left out because the judge times the lane itself
+    timed_by_judge: list[str] = field(default_factory=list)
 
 
 def read_child(out: Path) -> ChildEvidence:
@@ -46,7 +48,7 @@ def read_child(out: Path) -> ChildEvidence:
     import json
 
     from pytest_ditgate.bench.ledger import Ledger
-    from pytest_ditgate.judged_run import CLASS, OUTPUTS, TESTS
+    from pytest_ditgate.judged_run import CLASS, OUTPUTS, TESTS, TIMED_BY_JUDGE
 
     evidence = ChildEvidence(out)
     tests, bad = read_jsonl(out / TESTS)
@@ -71,6 +73,11 @@ def read_child(out: Path) -> ChildEvidence:
         evidence.observed = json.loads((out / CLASS).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         evidence.observed = {}
+    try:
+        left_out = json.loads((out / TIMED_BY_JUDGE).read_text(encoding="utf-8"))
+        evidence.timed_by_judge = [str(n) for n in left_out] if isinstance(left_out, list) else []
+    except (OSError, ValueError):
+        pass
     return evidence
 
 
@@ -117,7 +124,7 @@ def judge_timings(evidence: ChildEvidence, expected: list[str], reference_median
             continue
         latest[derived["name"]] = derived
     for name in expected:
-        if name not in latest and name not in untrusted:
+        if name not in latest and name not in untrusted and not _refused_as_wrong(evidence, name):
             problems.append((Category.CRASH, f"required comparison {name} was not measured"))
     for name, derived in latest.items():
         recorded = reference_medians.get(name)
@@ -128,6 +135,13 @@ def judge_timings(evidence: ChildEvidence, expected: list[str], reference_median
                                                    "claim (a loaded or throttled machine, or the candidate's process "
                                                    "slowing the reference down); re-run on a quiet machine"))
     return list(latest.values())
+
+
+def _refused_as_wrong(evidence: ChildEvidence, name: str) -> bool:
+    """Whether the test that measures comparison ``name`` failed for a quality reason (correct before fast:
+    ``ditbench.pair`` times nothing whose outputs are wrong); that failure is then the verdict's reason."""
+    outcome = evidence.outcomes.get(name.rsplit("::", 1)[0])
+    return outcome is not None and outcome.category is Category.QUALITY
 
 
 def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], experiment_class: str,
@@ -253,8 +267,10 @@ def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contrac
 
 
 def required_ran(evidence: ChildEvidence, required: tuple[str, ...]) -> list[str]:
-    """Problems when none of the lane's tests ran, or a required pattern matched no test that ran."""
+    """Problems when none of the lane's tests ran, or a required pattern matched no test that ran (a test the
+    child left out because the judge times the lane itself counts as run: the judge's timing stands for it)."""
     if not evidence.ran:
         return ["no test of the lane ran (collected none, skipped all, or the session stopped)"]
+    ran = evidence.ran | set(evidence.timed_by_judge)
     return [f"required test {pattern!r} did not run" for pattern in required
-            if not any(fnmatch.fnmatch(nodeid, pattern) for nodeid in evidence.ran)]
+            if not any(fnmatch.fnmatch(nodeid, pattern) for nodeid in ran)]

@@ -70,13 +70,17 @@ class LockSettings:
 
 
 def _lane_tests(table: dict[str, Any]) -> list[str]:
-    """The test paths of every declared lane (their suites judge the candidate)."""
+    """The test paths and timing modules of every declared lane (their suites judge the candidate; the timing
+    module says what the judge times)."""
     lanes = table.get("lanes", {})
     found: list[str] = []
     for lane in lanes.values() if isinstance(lanes, dict) else ():
         for test in (lane.get("tests", []) if isinstance(lane, dict) else []):
             if isinstance(test, str) and test:
                 found.append(test.split("::", 1)[0])
+        timing = lane.get("timing") if isinstance(lane, dict) else None
+        if isinstance(timing, str) and timing:
+            found.append(timing)
     return found
 
 
@@ -271,8 +275,41 @@ def pytest_configure(config: pytest.Config) -> None:
         settings = LockSettings.from_rootdir(Path(config.rootpath))
     except DitgateUsageError as exc:
         raise pytest.UsageError(str(exc)) from None
+    problems = missing_fixed_paths(config)
+    if problems:
+        raise pytest.UsageError(problems[0])
     enforced = settings.configured or bool(options.get_option(config, RELOCK))
     config.stash[_state_key] = LockState(settings, _deliberate(config), enforced)
+
+
+def missing_fixed_paths(config: pytest.Config) -> list[str]:
+    """:func:`unlocated_fixed_paths` of this run's settings and golden store."""
+    from pytest_ditgate.golden.golden_plugin import golden_dir, golden_mode
+
+    root = Path(config.rootpath)
+    return unlocated_fixed_paths(LockSettings.from_rootdir(root), golden_dir(config, golden_mode(config)))
+
+
+def unlocated_fixed_paths(settings: LockSettings, store: Path) -> list[str]:
+    """A problem for each ``[tool.ditgate] fixed_paths`` entry that names nothing (a typo locks nothing), except
+    the golden store, which the first ``--ditgate-freeze`` creates, and an entry the lock holds files of: those
+    were removed, and the lock's own comparison says which."""
+    import fnmatch
+
+    from pytest_ditgate.project_config import load_project_config, missing_paths, string_list
+
+    root = settings.rootdir
+    locked = list(read_lock(settings).get("files") or {})
+
+    def recorded(entry: str) -> bool:
+        if any(ch in entry for ch in "*?["):
+            return any(fnmatch.fnmatch(path, entry) for path in locked)
+        folder = entry.rstrip("/")
+        return any(path == folder or path.startswith(folder + "/") for path in locked)
+
+    entries = [entry for entry in string_list(load_project_config(root), "fixed_paths")
+               if not (root / entry).resolve().is_relative_to(store.resolve()) and not recorded(entry)]
+    return missing_paths(root, entries, "[tool.ditgate] fixed_paths")
 
 
 def _enforced(config: pytest.Config) -> LockState | None:
@@ -305,6 +342,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
     """Deliberate runs rewrite the lock last (after golden writes in earlier sessionfinish hooks)."""
     state = _enforced(session.config)
     if state is None or not state.deliberate:
+        return
+    if session.exitstatus == pytest.ExitCode.USAGE_ERROR:  # stopped before any test: a usage error writes nothing
+        state.summary.append(f"fixed-paths lock {state.settings.lock_path} NOT rewritten: the run stopped at a "
+                             "usage error")
         return
     try:
         count = write_lock(state.settings)

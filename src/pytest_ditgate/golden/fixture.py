@@ -43,6 +43,19 @@ def device_key(device: Any = None, tensors: Mapping[str, Any] | None = None) -> 
     return arch_label(torch.cuda.get_device_capability(device))
 
 
+def resolved_key(call: str, device: Any, tensors: Mapping[str, Any] | None = None) -> str:
+    """:func:`device_key`, with a device this machine does not have (``"cuda"`` on a machine without a GPU,
+    ``"cuda:3"`` beside one GPU) as a usage error naming the call, not torch's traceback."""
+    try:
+        return device_key(device, tensors)
+    except DitgateUsageError as exc:
+        raise DitgateUsageError(f"{call}: {exc}") from None
+    except (RuntimeError, AssertionError, ValueError) as exc:
+        shown = describe(device) if device is not None else "the tensors' device"
+        raise DitgateUsageError(f"{call}: device={shown} is not a device of this machine ({str(exc).strip()}); give "
+                                "the device the tensors were computed on, or a golden key ('cpu', 'sm_90')") from None
+
+
 def machine_fingerprint(device: Any = "cpu") -> str:
     """What decides bitwise results on this machine for ``device``: the text behind its machine key."""
     import platform
@@ -95,19 +108,21 @@ class Golden:
     def load(self, name: str, *, device: Any = "cpu") -> "GoldenHit":
         """The golden ``name`` for ``device`` (a key or torch device), following the fallback chain."""
         __tracebackhide__ = True
-        return self.session.lookup(name, device_key(device), nodeid=self.nodeid)
+        return self.session.lookup(name, resolved_key(f"golden.load({name!r})", device), nodeid=self.nodeid)
 
     def machine_key(self, device: Any = "cpu") -> str:
         """The key of goldens frozen on THIS machine for ``device`` (for bitwise claims; no fallback)."""
+        key = resolved_key("golden.machine_key", device)
         fingerprint = machine_fingerprint(device)
-        key = machine_key(device_key(device), fingerprint)
+        key = machine_key(key, fingerprint)
         self.fingerprints[key] = fingerprint
         return key
 
     def check(self, name: str, tensors: Mapping[str, "torch.Tensor"], *, device: Any = None,
               compare: Callable[[Mapping[str, Any], "GoldenHit"], Any] | None = None,
               metadata: Mapping[str, Any] | None = None, optional: Iterable[str] = (),
-              quality_inputs: Mapping[str, Any] | None = None, frozen_with: Iterable[str] = ()) -> "GoldenResult":
+              quality_inputs: Mapping[str, Any] | None = None, frozen_with: Iterable[str] = (),
+              allow_dtype_change: bool = False) -> "GoldenResult":
         """Compare ``tensors`` with golden ``name``; raises ``GateFailure`` on a mismatch or missing golden.
 
         ``compare(candidate, hit)`` replaces the default :class:`TensorComparator`; under
@@ -120,16 +135,24 @@ class Golden:
         process; a check giving other ones than were frozen fails (``golden_stale``). ``frozen_with``: keys of
         ``metadata`` that make the golden this test's baseline (weights, seed, steps); a golden frozen with
         other values there fails as ``golden_stale`` too, naming them, rather than as a mismatch.
+        ``allow_dtype_change``: the default comparator judges a tensor whose dtype differs from the golden's (a
+        bf16 candidate against a float32 golden) at the coarser dtype's limits; without it a dtype change fails.
         """
         __tracebackhide__ = True
         check_arguments(name, tensors, compare=compare, metadata=metadata, optional=optional,
                         quality_inputs=quality_inputs, frozen_with=frozen_with)
-        key = device_key(device, tensors)
+        if not isinstance(allow_dtype_change, bool):
+            raise DitgateUsageError(f"golden.check({name!r}, tensors): allow_dtype_change must be True or False, got "
+                                    f"{describe(allow_dtype_change)}")
+        if allow_dtype_change and compare is not None:
+            raise DitgateUsageError(f"golden.check({name!r}, tensors): allow_dtype_change is for the default "
+                                    "comparator; a compare= of your own judges dtypes itself")
+        key = resolved_key(f"golden.check({name!r}, tensors)", device, tensors)
         if is_machine_key(key) and key in self.fingerprints:
             metadata = {"machine": self.fingerprints[key], **dict(metadata or {})}
         return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata,
                                   optional=tuple(optional), quality_inputs=quality_inputs,
-                                  frozen_with=tuple(frozen_with))
+                                  frozen_with=tuple(frozen_with), allow_dtype_change=allow_dtype_change)
 
 
 def check_arguments(name: Any, tensors: Any, *, compare: Any, metadata: Any, optional: Any, quality_inputs: Any,
@@ -149,6 +172,10 @@ def check_arguments(name: Any, tensors: Any, *, compare: Any, metadata: Any, opt
             hint = " (convert it with torch.from_numpy)" if type_name(value) == "numpy.ndarray" else ""
             raise DitgateUsageError(f"{call}: tensors[{key!r}] is {describe(value)}, not a torch tensor{hint}; "
                                     "golden files hold torch tensors")
+        problem = _dataless(value)
+        if problem:
+            raise DitgateUsageError(f"{call}: tensors[{key!r}] is {problem}; golden files hold the values of dense "
+                                    "tensors")
     if compare is not None:
         require_callable(compare, "compare", call, "compare(candidate, hit) -> a result with a boolean passed")
     for argument, value in (("metadata", metadata), ("quality_inputs", quality_inputs)):
@@ -159,6 +186,17 @@ def check_arguments(name: Any, tensors: Any, *, compare: Any, metadata: Any, opt
         if items is None or not all(isinstance(item, str) for item in items):
             raise DitgateUsageError(f"{call}: {argument} must be a list of strings (like ['seed']), got "
                                     f"{describe(value)}")
+
+
+def _dataless(tensor: Any) -> str | None:
+    """Why ``tensor`` has no values a golden can hold or be compared with (None when it has): a meta tensor, a
+    sparse or other non-strided layout."""
+    if getattr(tensor, "is_meta", False):
+        return f"a meta tensor ({describe(tensor)}): it has a shape and no data"
+    layout = str(getattr(tensor, "layout", "torch.strided"))
+    if layout != "torch.strided":
+        return f"a {layout.removeprefix('torch.')} tensor ({describe(tensor)}): pass tensor.to_dense()"
+    return None
 
 
 def _items(value: Any) -> list[Any] | None:

@@ -156,6 +156,10 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         workeroutput[WORKER_OUTPUT] = usage
         return
     state.report = build_report(state, [usage, *state.worker_usage])
+    if state.report.errors and session.exitstatus == pytest.ExitCode.OK:
+        # a worker's failed or refused write (two tests freezing one name with different values, on two
+        # workers) fails the run: the controller's exit status is not the workers'
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def build_report(state: GoldenPluginState, usages: list[dict[str, Any]]):

@@ -22,8 +22,7 @@ class SafetensorsSerializer:
     def serialize(self, tensors: Mapping[str, "torch.Tensor"], *, metadata: Mapping[str, str] | None = None) -> bytes:
         from safetensors.torch import save
 
-        return save({name: t.detach().to("cpu").contiguous() for name, t in tensors.items()},
-                    metadata=dict(metadata or {}))
+        return save(plain_copies(tensors), metadata=dict(metadata or {}))
 
     def deserialize(self, data: bytes) -> dict[str, "torch.Tensor"]:
         from safetensors.torch import load
@@ -34,3 +33,19 @@ class SafetensorsSerializer:
         """Shape and dtype per tensor, as the manifest stores them."""
         return {name: {"shape": list(t.shape), "dtype": torch_name(t.dtype)}
                 for name, t in sorted(tensors.items())}
+
+
+def plain_copies(tensors: Mapping[str, "torch.Tensor"]) -> dict[str, "torch.Tensor"]:
+    """Each tensor detached, on the CPU, contiguous, and owning its storage: safetensors refuses tensors that
+    share memory (``{"a": x, "b": x}``, views of one buffer), which are still values a golden can hold."""
+    plain = {}
+    seen: set[tuple[int, int]] = set()
+    for name, tensor in tensors.items():
+        t = tensor.detach().to("cpu").contiguous()
+        storage = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        if storage in seen or t.untyped_storage().nbytes() != t.numel() * t.element_size():
+            t = t.clone()
+            storage = (t.untyped_storage().data_ptr(), t.untyped_storage().nbytes())
+        seen.add(storage)
+        plain[name] = t
+    return plain

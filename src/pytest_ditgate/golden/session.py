@@ -32,15 +32,20 @@ MACHINE_HINT = ("bitwise claims are judged only against goldens frozen on this m
 FREEZE_HINT = "run pytest --ditgate --ditgate-freeze to create it"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GoldenHit:
-    """A golden found for a lookup: its tensors, the key used and the tolerance scale that goes with it."""
+    """A golden found for a lookup: its tensors, the key used and the tolerance scale that goes with it.
+    ``source`` says where it came from when not the store (a golden frozen earlier in this run)."""
 
     name: str
     tensors: dict[str, "torch.Tensor"]
     requested_key: str
     step: KeyStep
     entry: GoldenEntry
+    source: str = ""
+
+    def __repr__(self) -> str:  # printed by a test: names and shapes, never the values
+        return f"<GoldenHit {self.describe()}: {_tensor_summary(self.tensors)}>"
 
     @property
     def key_used(self) -> str:
@@ -55,13 +60,15 @@ class GoldenHit:
         return self.step.tolerance_scale
 
     def describe(self) -> str:
+        if self.source:
+            return f"golden {self.name!r} for {self.key_used} ({self.source})"
         if not self.fallback:
             return f"golden {self.name!r} for {self.key_used}"
         return (f"golden {self.name!r} for {self.requested_key} via fallback {self.key_used} "
                 f"({self.step.rule}, tolerance x{self.tolerance_scale:g})")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class GoldenResult:
     """Outcome of :meth:`Golden.check`: ``matched``, ``written`` (freeze) or ``overwritten`` (refreeze)."""
 
@@ -83,6 +90,24 @@ class GoldenResult:
     @property
     def tolerance_scale(self) -> float:
         return self.hit.tolerance_scale if self.hit else 1.0
+
+    def __repr__(self) -> str:  # ``print(golden.check(...))``: one short line, never the tensors' values
+        parts = [f"{self.status}", f"key {self.key_used}"]
+        if self.fallback:
+            parts.append(f"via fallback, tolerance x{self.tolerance_scale:g}")
+        if self.comparison is not None and hasattr(self.comparison, "lines"):
+            parts.append(f"{len(self.comparison.lines())} tensor(s) compared")
+        if self.not_compared:
+            parts.append(f"not compared: {shown_names(self.not_compared)}")
+        return f"<GoldenResult {self.name!r}: {', '.join(parts)}>"
+
+
+def _tensor_summary(tensors: Mapping[str, Any]) -> str:
+    """``{'x': float32[4, 8], ...}``: each tensor by dtype and shape (the first eight)."""
+    from pytest_ditgate.dtypes import dtype_name
+
+    shown = [f"{name!r}: {dtype_name(t.dtype)}{list(t.shape)}" for name, t in list(tensors.items())[:8]]
+    return "{" + ", ".join(shown) + (", ..." if len(tensors) > 8 else "") + "}"
 
 
 @dataclass
@@ -151,7 +176,7 @@ class GoldenSession:
               compare: Callable[[Mapping[str, Any], GoldenHit], Any] | None = None,
               nodeid: str = "", metadata: Mapping[str, Any] | None = None,
               optional: tuple[str, ...] = (), quality_inputs: Mapping[str, Any] | None = None,
-              frozen_with: tuple[str, ...] = ()) -> GoldenResult:
+              frozen_with: tuple[str, ...] = (), allow_dtype_change: bool = False) -> GoldenResult:
         """Compare ``tensors`` with the golden ``name`` (or queue it, in freeze/refreeze mode).
 
         ``quality_inputs`` (``kinds``, ``labels``: what ``compare`` judges with beyond the tensors) are frozen
@@ -162,6 +187,11 @@ class GoldenSession:
         Golden tensors matching an ``optional`` glob may be absent from the candidate (diagnostics it
         cannot produce); they are listed in the result's ``not_compared``. Every other golden tensor is
         required, and a candidate tensor the golden lacks fails too: no silent drops.
+
+        A golden another check of this run queued (two tests, or one test twice, freezing one name) is not
+        queued again: the check compares with it, as it would with the stored golden in a later run.
+        ``allow_dtype_change``: the default comparator judges a candidate whose dtype differs from the
+        golden's at the coarser dtype's limits; without it a dtype change fails.
         """
         __tracebackhide__ = True
         validate_name(name)
@@ -172,12 +202,13 @@ class GoldenSession:
         if unnamed:
             raise ValueError(f"golden {name!r}: frozen_with names {', '.join(unnamed)}, which metadata does not give")
         self.used.add(name)
-        exists = self.manifest().get(name, key) is not None or f"{key}/{name}" in self.pending
-        if self.mode == "refreeze" or (self.mode == "freeze" and not exists):
+        pending = self.pending.get(f"{key}/{name}")
+        exists = pending is not None or self.manifest().get(name, key) is not None
+        if pending is None and (self.mode == "refreeze" or (self.mode == "freeze" and not exists)):
             self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists,
                         quality=quality_record(quality_inputs))
             return GoldenResult(name, "overwritten" if exists else "written", key)
-        hit = self.lookup(name, key, nodeid=nodeid)
+        hit = self._queued_hit(pending, key) if pending is not None else self.lookup(name, key, nodeid=nodeid)
         absent = sorted(set(hit.tensors) - set(tensors))
         not_compared = tuple(n for n in absent if any(fnmatch.fnmatchcase(n, p) for p in optional))
         # the tensor names are checked here, for every comparator; the comparator judges the shared ones
@@ -195,7 +226,7 @@ class GoldenSession:
         comparison = None
         if shared:
             shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
-            comparison = _compared(compare, shared, shared_hit, name)
+            comparison = _compared(compare, shared, shared_hit, name, allow_dtype_change)
         if names or not bool(getattr(comparison, "passed", False)):
             lines = [] if comparison is None else (
                 [clip(line) for line in comparison.lines()] if hasattr(comparison, "lines") else [describe(comparison)])
@@ -207,16 +238,30 @@ class GoldenSession:
             self.not_compared.append((nodeid, name, not_compared))
         return GoldenResult(name, "matched", key, hit, comparison, not_compared)
 
+    def _queued_hit(self, pending: PendingWrite, key: str) -> GoldenHit:
+        """The golden an earlier check of this run queued, as a lookup would find it once written."""
+        entry = pending.entry
+        who = entry.provenance.get("test") or "an earlier check"
+        return GoldenHit(entry.name, self.store.serializer.deserialize(pending.data), key, KeyStep(key, 1.0, "exact"),
+                         entry, source=f"frozen earlier in this run by {who}, not yet written")
+
     # -- writes ----------------------------------------------------------------------------------
     def _queue(self, name: str, key: str, tensors: Mapping[str, Any], *, nodeid: str,
                metadata: Mapping[str, Any] | None, overwrite: bool, quality: Mapping[str, Any]) -> None:
         """Queue one golden for :meth:`finish`. Under ``--ditgate-freeze`` a file already on disk that the
         manifest does not list is never replaced: the test fails naming it (it may be someone's work)."""
         __tracebackhide__ = True
-        if self.mode == "freeze" and not overwrite:
-            path = self.store.location(name, key)
-            if path.exists() or path.is_symlink():
-                raise GateFailure("golden_untracked", _untracked_message(path, self.store.manifest_path))
+        path = self.store.location(name, key)
+        if path.is_dir():
+            raise GateFailure("golden_integrity", f"golden {name!r} for {key}: {path} is a folder, where its golden "
+                                                  "file goes; move it away")
+        if self.mode == "freeze" and not overwrite and (path.exists() or path.is_symlink()):
+            raise GateFailure("golden_untracked", _untracked_message(path, self.store.manifest_path))
+        nonfinite = _nonfinite(tensors)
+        if nonfinite:
+            raise GateFailure("golden_nonfinite", f"golden {name!r} for {key} was not frozen: {nonfinite}; a golden "
+                                                  "that is not finite can never be matched (a candidate's NaN or Inf "
+                                                  "always fails): fix the output, or leave that tensor out")
         serializer = self.store.serializer
         data = serializer.serialize(tensors, metadata={"name": name, "key": key})
         provenance = dict(self.provenance())
@@ -239,22 +284,33 @@ class GoldenSession:
             return  # nothing to write, and no store whose killed writes need cleaning: create nothing
         from pytest_ditgate.fsutil import remove_stale_temps
 
+        from pytest_ditgate.golden import journal
+
         try:
             with lock_for(self.store.manifest_path):
                 remove_stale_temps(self.store.root)
+                manifest = journal.settle(self.store)  # complete a flush an earlier run left half done
                 if not self.pending:
                     return
-                manifest = self.store.load_manifest()  # re-read: another worker may have written meanwhile
+                writes = []
                 for ident, write in sorted(self.pending.items()):
                     refusal = self._refusal(manifest, write)
-                    if refusal is not None:
-                        if refusal:
-                            self.write_errors.append(refusal)
-                        continue
+                    if refusal is None:
+                        writes.append((ident, write))
+                    elif refusal:
+                        self.write_errors.append(refusal)
+                if not writes:
+                    return
+                # a run killed from here on leaves files the journal names: the next reader counts those
+                # written whole, the next flush completes the manifest (``journal.py``)
+                journal.begin(self.store.root, [write.entry for _, write in writes])
+                for ident, write in writes:
                     self.store.write(write.entry.file, write.data)
                     manifest.put(write.entry)
-                    (self.overwritten if write.overwrite else self.written).append(ident)
                 manifest.save()
+                journal.end(self.store.root)
+                for ident, write in writes:
+                    (self.overwritten if write.overwrite else self.written).append(ident)
         except (OSError, ManifestError) as exc:
             self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}")
         finally:
@@ -271,9 +327,11 @@ class GoldenSession:
         if current is not None:
             if current.sha256 == entry.sha256 or self._same_tensors(current, write.data):
                 return ""  # a concurrent run froze the very same values
-            return (f"golden {entry.id!r} was frozen by another run while this one ran "
-                    f"({current.provenance.get('command', '?')}, {current.provenance.get('created', '?')}); "
-                    f"kept it, did not write this run's different value: re-run to compare against it")
+            return (f"golden {entry.id!r} was frozen by another run or worker while this one ran "
+                    f"({current.provenance.get('test') or '?'}: {current.provenance.get('command', '?')}, "
+                    f"{current.provenance.get('created', '?')}), and {entry.provenance.get('test') or 'this run'} froze "
+                    "a different value for it: kept the first, did not write this one. Tests that freeze one golden "
+                    "name must produce one value; give each its own name, or re-run to compare against the one kept")
         path = self.store.root / entry.file
         if path.exists() or path.is_symlink():
             return _untracked_message(path, self.store.manifest_path)
@@ -294,12 +352,27 @@ class GoldenSession:
             for n in ours)
 
 
+def _nonfinite(tensors: Mapping[str, Any]) -> str | None:
+    """``tensor 'x' holds 3 NaN/Inf value(s), the first at index (0, 2)`` for the first tensor that is not
+    finite (None when all are)."""
+    import torch
+
+    for tname, tensor in tensors.items():
+        if not (tensor.is_floating_point() or tensor.is_complex()):
+            continue
+        bad = ~torch.isfinite(tensor.detach())
+        if bool(bad.any()):
+            index = tuple(int(i) for i in bad.nonzero()[0].tolist())
+            return f"tensor {tname!r} holds {int(bad.sum())} NaN/Inf value(s), the first at index {index}"
+    return None
+
+
 def _compared(compare: Callable[[Mapping[str, Any], GoldenHit], Any] | None, shared: Mapping[str, Any],
-              hit: GoldenHit, name: str) -> Any:
+              hit: GoldenHit, name: str, allow_dtype_change: bool = False) -> Any:
     """The comparator's result; a user's comparator that raises is reported as its own error, and one that
     returns no boolean ``passed`` is a usage error (a bare bool would otherwise always read as a mismatch)."""
     if compare is None:
-        return TensorComparator()(shared, hit)
+        return TensorComparator(allow_dtype_change=allow_dtype_change)(shared, hit)
     from pytest_ditgate.arguments import callable_name, raised_by
 
     try:

@@ -68,7 +68,10 @@ class GoldenStore:
         return self.root / self.relative(name, key)
 
     def load_manifest(self) -> Manifest:
-        return Manifest.load(self.manifest_path)
+        """The manifest, with what an interrupted freeze wrote whole (``journal.py``): never written here."""
+        from pytest_ditgate.golden.journal import with_completed
+
+        return with_completed(self, Manifest.load(self.manifest_path))
 
     def read(self, entry: GoldenEntry) -> dict[str, "torch.Tensor"]:
         """The tensors of ``entry``, after checking size, sha256 and tensor list against the manifest."""
@@ -82,10 +85,16 @@ class GoldenStore:
         if entry.file != expected or not self.inside(path):
             raise GoldenIntegrityError(f"{self.manifest_path}: entry {entry.id!r} names file {entry.file!r}; it must be "
                                        f"{expected!r} inside {self.root} (a manifest never points elsewhere)")
+        if not path.exists() and not path.is_symlink():
+            raise GoldenIntegrityError(f"golden file {path} is listed in {self.manifest_path} but missing; {hint}")
+        if not path.is_file():
+            kind = "a folder" if path.is_dir() else "not a regular file"
+            raise GoldenIntegrityError(f"golden {entry.id!r}: {path} is {kind}, where its golden file should be; {hint}")
         try:
             data = path.read_bytes()
-        except FileNotFoundError:
-            raise GoldenIntegrityError(f"golden file {path} is listed in {self.manifest_path} but missing; {hint}") from None
+        except OSError as exc:
+            raise GoldenIntegrityError(f"golden {entry.id!r}: its file {path} cannot be read "
+                                       f"({exc.strerror or exc}); check its permissions, or {hint}") from None
         if len(data) != entry.size:
             state = "truncated" if len(data) < entry.size else "longer than recorded"
             raise GoldenIntegrityError(f"golden file {path} is {state}: {len(data)} bytes, manifest says {entry.size}; {hint}")

@@ -9,7 +9,13 @@ class = "exact"                        # the class assumed when the experiment d
 objective = "time_ratio"               # candidate time / baseline time, measured side by side
 required = ["*test_quality*"]          # node-id globs that must produce a judged output or comparison
 min_improvement = 0.02                 # a new best must beat the re-measured best by this fraction (CI bound)
+timing = "tests/gates/lane_timing.py"  # the regions the judge times itself (pytest_ditgate.timed_region)
 ```
+
+With ``timing``, the judge times the lane in processes of its own, on its own clock (docs/agent_loop.md, "How
+the judge times"); the lane's tests then check quality only, and a test that times in the candidate's process
+(``ditbench``) is left out of a judged run. Without it, a lane's speed comes from its tests' ``ditbench.pair``
+samples, taken in the candidate's process: advisory, and a verdict says so.
 
 ``min_improvement`` is the lane's noise floor. Two runs of the same code, measured side by side, can
 differ by a percent or two in one direction: the host clock drifts after a heavy run, and order effects
@@ -33,6 +39,7 @@ from typing import Any, Mapping
 import pytest
 
 from pytest_ditgate import options
+from pytest_ditgate.project_config import noise_floor
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.quality.specs import DEFAULT_CLASS, EXPERIMENT_CLASSES
@@ -57,6 +64,8 @@ class LaneSpec:
     objective: str = "time_ratio"
     required: tuple[str, ...] = ()
     min_improvement: float = DEFAULT_MIN_IMPROVEMENT
+    #: the lane's timing module (relative to the project root), or None
+    timing: str | None = None
 
 
 def _strings(table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
@@ -68,15 +77,20 @@ def _strings(table: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
 
 def load_lane(project: Mapping[str, Any], name: str) -> LaneSpec:
     """The lane ``name`` of the ``[tool.ditgate]`` table, validated."""
+    from pytest_ditgate.arguments import did_you_mean
+    from pytest_ditgate.project_config import LANE_KEYS
+
     lanes = project.get("lanes", {})
     if not isinstance(lanes, dict) or name not in lanes or not isinstance(lanes[name], dict):
-        known = ", ".join(sorted(lanes)) if isinstance(lanes, dict) else "none"
-        raise DitgateUsageError(f"lane {name!r} is not declared in [tool.ditgate.lanes] (declared: {known or 'none'})")
+        declared = sorted(lanes) if isinstance(lanes, dict) else []
+        raise DitgateUsageError(f"lane {name!r} is not declared in [tool.ditgate.lanes]{did_you_mean(name, declared)} "
+                                f"(declared: {', '.join(declared) or 'none'})")
     table = lanes[name]
     where = f"[tool.ditgate.lanes.{name}]"
-    unknown = set(table) - {"tests", "class", "objective", "required", "min_improvement"}
+    unknown = sorted(set(table) - set(LANE_KEYS))
     if unknown:
-        raise DitgateUsageError(f"{where}: unknown keys {sorted(unknown)}")
+        raise DitgateUsageError(f"{where}: unknown key {unknown[0]!r}{did_you_mean(unknown[0], LANE_KEYS)} "
+                                f"(known: {', '.join(LANE_KEYS)})")
     tests = _strings(table, "tests", where)
     if not tests:
         raise DitgateUsageError(f"{where} tests must name at least one test path")
@@ -87,9 +101,46 @@ def load_lane(project: Mapping[str, Any], name: str) -> LaneSpec:
     if objective not in OBJECTIVES:
         raise DitgateUsageError(f"{where} objective must be one of {', '.join(OBJECTIVES)}, got {objective!r}")
     floor = table.get("min_improvement", DEFAULT_MIN_IMPROVEMENT)
-    if isinstance(floor, bool) or not isinstance(floor, (int, float)) or not 0.0 <= floor < 0.5:
-        raise DitgateUsageError(f"{where} min_improvement must be a number in [0, 0.5), got {floor!r}")
-    return LaneSpec(name, tests, cls, objective, _strings(table, "required", where), float(floor))
+    try:
+        floor = noise_floor(floor)
+    except ValueError as exc:
+        raise DitgateUsageError(f"{where} min_improvement {exc}") from None
+    timing = table.get("timing")
+    if timing is not None and (not isinstance(timing, str) or not timing.endswith(".py")):
+        raise DitgateUsageError(f"{where} timing must name a Python file of the project (the lane's timed "
+                                f"regions), got {timing!r}")
+    return LaneSpec(name, tests, cls, objective, _strings(table, "required", where), floor, timing)
+
+
+def check_lanes(root: Any, project: Mapping[str, Any], lane: str | None) -> None:
+    """Every declared lane, validated, with its test files present; and ``lane`` (``--ditgate-lane``), when given,
+    one of them: a typo'd lane would otherwise have no best and read as a first KEEP. DitgateUsageError on the
+    first problem."""
+    from pytest_ditgate.project_config import missing_paths
+
+    lanes = project.get("lanes") or {}
+    for name in lanes:
+        spec = load_lane(project, name)
+        missing = missing_paths(root, list(spec.tests), f"[tool.ditgate.lanes.{name}] tests")
+        if spec.timing is not None:
+            missing += missing_paths(root, [spec.timing], f"[tool.ditgate.lanes.{name}] timing")
+        if missing:
+            raise DitgateUsageError(missing[0])
+    if lane is not None:
+        load_lane(project, lane)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The lanes are settings: checked when the run starts (exit 4 naming the problem), not when first used."""
+    from pytest_ditgate.bench.options import LANE
+    from pytest_ditgate.project_config import load_project_config
+
+    lane = options.get_option(config, LANE)
+    try:
+        check_lanes(config.rootpath, load_project_config(config.rootpath), lane)
+    except DitgateUsageError as exc:
+        flag = f"--ditgate-lane={lane}: " if lane and str(exc).startswith(f"lane {lane!r}") else ""
+        raise pytest.UsageError(flag + str(exc)) from None
 
 
 @dataclass(repr=False)

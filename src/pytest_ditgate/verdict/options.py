@@ -4,12 +4,12 @@
 
 from __future__ import annotations
 
-from pytest_ditgate.options import OptionSpec
+from pytest_ditgate.options import OptionSpec, noise_floor_text
 
 VERDICT_JSON = OptionSpec("--ditgate-verdict-json", "write the machine-readable verdict to this file")
 DESCRIPTION = OptionSpec("--ditgate-description", "one line describing the candidate's causal hypothesis "
                          "(goes into results.tsv)")
 MIN_IMPROVEMENT = OptionSpec("--ditgate-min-improvement", "fraction by which the candidate must beat the lane "
                              "best (on the CI bound) to be kept; default: the lane's min_improvement "
-                             "([tool.ditgate.lanes.<lane>], 0.02 when not set)", parse=float, default=None)
+                             "([tool.ditgate.lanes.<lane>], 0.02 when not set)", parse=noise_floor_text, default=None)
 OPTIONS = (VERDICT_JSON, DESCRIPTION, MIN_IMPROVEMENT)

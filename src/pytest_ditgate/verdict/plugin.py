@@ -68,7 +68,7 @@ class ExperimentSession:
         self.notes: list[str] = []
         self.verdict_json_failed = False
         if self.verdict_json:
-            check_verdict_json_path(Path(self.verdict_json))
+            check_verdict_json_path(Path(self.verdict_json), Path(config.rootpath))
 
     # -- collection -------------------------------------------------------------------------------
     def add_report(self, report: pytest.TestReport) -> None:
@@ -231,20 +231,13 @@ def _is_versus_best(comparison: dict[str, Any]) -> bool:
 _session_key = pytest.StashKey[ExperimentSession]()
 
 
-def check_verdict_json_path(path: Path) -> None:
+def check_verdict_json_path(path: Path, root: Path) -> None:
     """``--ditgate-verdict-json`` must name a file that can be written: a usage error before any test runs."""
-    flag = f"--ditgate-verdict-json={path}"
-    if path.is_dir():
-        raise pytest.UsageError(f"{flag}: is a folder; give the path of a JSON file to write")
-    parent = path.parent
-    while not parent.exists() and parent != parent.parent:
-        parent = parent.parent
-    if not parent.is_dir():
-        raise pytest.UsageError(f"{flag}: {parent} is not a folder")
-    import os
+    from pytest_ditgate.project_config import output_file_problem
 
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise pytest.UsageError(f"{flag}: {parent} is not writable")
+    problem = output_file_problem(path, root, kind="JSON file")
+    if problem is not None:
+        raise pytest.UsageError(f"--ditgate-verdict-json={path}: {problem}")
 
 
 def experiment(config: pytest.Config) -> ExperimentSession | None:
