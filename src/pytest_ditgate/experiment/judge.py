@@ -253,7 +253,8 @@ class Judge:
         started = time.perf_counter()
         with git.read_only_checkout(self.root, commit, folder) as best_root:
             comparisons, record = time_lane(self.root, best_root, self.root / str(self.lane.timing), self.child_env(),
-                                            folder, facts.arch, self.lane.min_improvement, facts.problems)
+                                            folder, facts.arch, self.lane.min_improvement, facts.problems,
+                                            experiment_class=facts.effective_class or self.declared)
         record["best_commit"] = git.short(commit)
         record["seconds"] = round(time.perf_counter() - started, 1)
         if any(c.get("device") == "cpu" for c in comparisons) and facts.min_improvement < HOST_GAIN_FLOOR:
