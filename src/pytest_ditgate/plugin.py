@@ -55,6 +55,12 @@ def concern_options() -> list[options.OptionSpec]:
     return [spec for module in _modules(OPTION_MODULES) for spec in module.OPTIONS]
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from pytest_ditgate import hookspec
+
+    pluginmanager.add_hookspecs(hookspec)
+
+
 def pytest_addoption(parser: pytest.Parser) -> None:
     options.add_options(parser, options.CORE_OPTIONS)
     options.add_options(parser, concern_options())

@@ -9,7 +9,7 @@ import pytest
 from pytest_ditgate.verdict import Category, Status, GateOutcome, decide
 from pytest_ditgate.verdict.classify import approximation_evidence, classify, quantization_evidence
 from pytest_ditgate.verdict.ledger import TSV_COLUMNS, append_experiment, load_best, read_results, store_best
-from pytest_ditgate.verdict.scope import scope_violations
+from pytest_ditgate.verdict.scope import matches, scope_problems
 
 
 def test_all_green_is_keep() -> None:
@@ -96,9 +96,19 @@ def test_scope(tmp_path) -> None:
     run("commit", "-qm", "two", "--allow-empty")  # HEAD^ would see nothing: the anchor sees everything
     changed = git.changed_since(tmp_path, anchor)
     assert changed == ["dit_impl/fast.py", "golden/g.bin", "notes.txt"]
-    problems = scope_violations(changed, mutable=["dit_impl/"], fixed=["golden/"])
-    assert problems == ["golden/g.bin: a fixed path (never edited by a candidate)",
-                        "notes.txt: outside the mutable paths (dit_impl/)"]
+    problems = scope_problems(changed, mutable=["dit_impl/"], fixed=["golden/"])
+    assert problems == [(Category.INTEGRITY, "golden/g.bin: a fixed path, changed since the lane's anchors"),
+                        (Category.SCOPE, "notes.txt: outside the mutable paths (dit_impl/)")]
+    # no mutable path declared: nothing is mutable (the judge's rule, now the only one)
+    assert scope_problems(["dit_impl/fast.py"], mutable=[], fixed=[]) == [
+        (Category.SCOPE, "dit_impl/fast.py: outside the mutable paths (none declared)")]
+
+
+def test_scope_patterns() -> None:
+    assert matches("dit_impl/fast/x.py", "dit_impl/") and not matches("dit_implx/y.py", "dit_impl/")
+    assert matches("a/b/conftest.py", "**/conftest.py") and matches("conftest.py", "**/conftest.py")
+    assert matches("kernels/lane.py", "kernels/*.py") and matches("kernels/sub/x.py", "kernels")
+    assert not matches("pyproject.toml", "pyproject.toml#tool.ditgate")  # the lock judges a table
 
 
 def test_classification_is_checked_not_trusted() -> None:

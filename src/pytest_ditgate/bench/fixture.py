@@ -124,6 +124,8 @@ class DitBench:
     #: (call, label, timed median ms, the call without its CUDA graph or None) -> the phase profile of one
     #: traced run of the call, as a dict
     profiler: Callable[[Call, str, float, Call | None], dict[str, Any]] | None = None
+    #: the run's hooks (``pytest_ditgate_before_pair``); None outside a pytest run
+    hook: Any = None
     measurements: list[Measurement] = field(default_factory=list)
     comparisons: list[Comparison] = field(default_factory=list)
     _fed: bool = False
@@ -209,8 +211,11 @@ class DitBench:
         opts = self._options(opts)
         profile = bool(opts.pop("profile", self.profile))
         candidate_eager, reference_eager = _eager_twins(opts.pop("profile_eager", None), 2)
+        fn_kwargs = {k: v for k, v in opts.items() if k not in PAIR_KNOBS}
+        if self.hook is not None:
+            self.hook.pytest_ditgate_before_pair(candidate=candidate, args=args, kwargs=fn_kwargs)
         if verify:
-            agree(candidate, reference, args, {k: v for k, v in opts.items() if k not in PAIR_KNOBS})
+            agree(candidate, reference, args, fn_kwargs)
         c = measure_pair(candidate, reference, *args, **opts)
         self.comparisons.append(c)
         passed = None if min_speedup is None else c.faster_by_at_least(min_speedup)

@@ -130,6 +130,7 @@ def ditbench(request: pytest.FixtureRequest) -> Iterator[Any]:
         defaults=defaults,
         profile=bool(get_option(config, PROFILE)),
         profiler=profiler,
+        hook=config.hook,
     )
 
 

@@ -37,25 +37,18 @@ class ChildRecorder:
         self.config: dict[str, Any] = {}
 
     # -- outputs ------------------------------------------------------------------------------------
-    def wrap_golden(self, config: pytest.Config) -> None:
-        from pytest_ditgate.golden.golden_plugin import golden_session_key
+    @pytest.hookimpl(wrapper=True)
+    def pytest_ditgate_golden_check(self, name: str, key: str, tensors: Any, nodeid: str,
+                                    optional: tuple[str, ...]) -> Iterator[Any]:
+        """Every checked tensor set goes to the judge; the comparison (metrics, SSIM windows) is not the
+        candidate's code, so the observer is off while it runs."""
+        self.save_output(name, key, nodeid, tensors, optional)
+        if self.observer is None:
+            return (yield)
+        from torch.utils._python_dispatch import _disable_current_modes
 
-        state = config.stash.get(golden_session_key, None)
-        if state is None:
-            return
-        session = state.session
-        original = session.check
-
-        def check(name: str, tensors: Any, key: str, **kwargs: Any) -> Any:
-            self.save_output(name, key, kwargs.get("nodeid", ""), tensors, kwargs.get("optional", ()))
-            if self.observer is None:
-                return original(name, tensors, key, **kwargs)
-            from torch.utils._python_dispatch import _disable_current_modes
-
-            with _disable_current_modes():  # the comparison (metrics, SSIM windows) is not the candidate's code
-                return original(name, tensors, key, **kwargs)
-
-        session.check = check  # this process's own session object only
+        with _disable_current_modes():
+            return (yield)
 
     def save_output(self, name: str, key: str, nodeid: str, tensors: Any, optional: Any = ()) -> None:
         from safetensors.torch import save_file
@@ -72,17 +65,19 @@ class ChildRecorder:
                                      "tensors": {k: [str(v.dtype), list(v.shape)] for k, v in plain.items()}})
 
     # -- hooks --------------------------------------------------------------------------------------
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        self.wrap_golden(session.config)  # every plugin's configure has run: the golden session exists
+    def pytest_ditgate_before_pair(self, candidate: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """``ditbench.pair`` times without the observer: the candidate is called once before, observed, untimed."""
+        if self._start() is not None:
+            try:
+                candidate(*args, **kwargs)  # what the timed calls will run
+            finally:
+                self._stop()
 
     @pytest.hookimpl(wrapper=True)
     def pytest_runtest_call(self, item: pytest.Item) -> Iterator[None]:
         items = getattr(item.session, "items", None) or [item]
         self.full_scan = self.evidence is None or item is items[-1]  # the first and the last test: every module
-        bench = getattr(item, "funcargs", {}).get("ditbench")
-        if bench is not None:
-            _observe_first_call(bench, self)  # nothing observed while timing: observation costs time
-        else:
+        if "ditbench" not in getattr(item, "funcargs", {}):  # a timed test is observed in pytest_ditgate_before_pair
             self._start()
         try:
             return (yield)
@@ -119,10 +114,9 @@ class ChildRecorder:
                 self.declared.extend(str(v) for v in value)
             elif key == CONFIG_PROPERTY and report.when == "call":
                 self.config.update(value)
-        message = ""
-        if report.failed:
-            crash = getattr(report.longrepr, "reprcrash", None)
-            message = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or [""])[-1]
+        from pytest_ditgate.verdict.reports import failure_message
+
+        message = failure_message(report) if report.failed else ""
         _append(self.out / TESTS, {"nodeid": report.nodeid, "when": report.when, "outcome": report.outcome,
                                    "reason": dict(report.user_properties).get(REASON_PROPERTY) or props.get(REASON_PROPERTY),
                                    "message": message[:2000]})
@@ -158,21 +152,6 @@ class ChildRecorder:
                 "candidate_config": self.config, "exitstatus": int(session.exitstatus),
                 "collected": session.testscollected}
         (self.out / CLASS).write_text(json.dumps(data, sort_keys=True, default=str))
-
-
-def _observe_first_call(bench: Any, recorder: ChildRecorder) -> None:
-    """``ditbench.pair`` times without the observer; the candidate is called once before, observed, untimed."""
-    original = bench.pair
-
-    def pair(candidate: Any, reference: Any, *args: Any, **kwargs: Any) -> Any:
-        if recorder._start() is not None:
-            try:
-                candidate(*args)  # what the timed calls will run
-            finally:
-                recorder._stop()
-        return original(candidate, reference, *args, **kwargs)
-
-    bench.pair = pair
 
 
 def _append(path: Path, record: dict[str, Any]) -> None:

@@ -15,10 +15,12 @@ from typing import Any
 from pytest_ditgate.bench.mechanisms import DEVICE_TIMERS
 from pytest_ditgate.fsutil import read_jsonl
 from pytest_ditgate.golden.keys import device_of
+from pytest_ditgate.golden.names import match_names
 from pytest_ditgate.golden.quality_inputs import for_tensors, frozen_record
 from pytest_ditgate.numbers import finite_number
 from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 from pytest_ditgate.verdict.outcome import Category, GateOutcome
+from pytest_ditgate.verdict.reports import OutcomeBook
 
 #: a reference (fixed code) whose median time grew by more than this factor since the baseline run makes
 #: the run's ratios worthless as a speed claim: slowed from inside the candidate's process (the ratio would
@@ -53,17 +55,11 @@ def read_child(out: Path) -> ChildEvidence:
     evidence = ChildEvidence(out)
     tests, bad = read_jsonl(out / TESTS)
     evidence.skipped_lines += len(bad)
+    book = OutcomeBook(evidence.outcomes, evidence.ran)  # the advisory run's rule, over the child's lines
     for report in tests:
-        nodeid, outcome = str(report.get("nodeid")), report.get("outcome")
-        if report.get("when") == "call" and outcome in ("passed", "failed"):
-            evidence.ran.add(nodeid)
-        if outcome == "skipped" and nodeid not in evidence.outcomes:
-            evidence.outcomes[nodeid] = GateOutcome(nodeid, "skipped")
-        elif outcome in ("failed", "error"):
-            kind = "failed" if report.get("when") == "call" or report.get("reason") else "error"
-            evidence.outcomes[nodeid] = GateOutcome(nodeid, kind, report.get("reason"), str(report.get("message", "")))
-        elif outcome == "passed" and report.get("when") == "call":
-            evidence.outcomes.setdefault(nodeid, GateOutcome(nodeid, "passed"))
+        reason = report.get("reason")
+        book.add(str(report.get("nodeid")), report.get("when"), report.get("outcome"),
+                 str(reason) if reason else None, str(report.get("message", "")))
     evidence.outputs, bad = read_jsonl(out / OUTPUTS)
     evidence.skipped_lines += len(bad)
     records, bad = Ledger(out / "artefacts" / "bench.jsonl").read()
@@ -177,18 +173,11 @@ def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], expe
         except Exception as exc:  # a malformed output file is the candidate's crash, not a pass
             problems.append((Category.CRASH, f"output {label}: unreadable ({type(exc).__name__}: {exc})"))
             continue
-        optional = [str(p) for p in record.get("optional") or ()]
-        missing = sorted(n for n in set(hit.tensors) - set(candidate)
-                         if not any(fnmatch.fnmatchcase(n, p) for p in optional))  # optional diagnostics may be absent
-        extra = sorted(set(candidate) - set(hit.tensors))
-        if missing or extra:
-            problems.append((Category.QUALITY, f"output {label}: tensors missing from the candidate: {missing}, "
-                                               f"not in the golden: {extra}"))
+        matched = match_names(hit.tensors, candidate, record.get("optional") or ())  # the test's own rule
+        if not matched.ok:
+            problems.append((Category.QUALITY, f"output {label}: " + "; ".join(matched.failures())))
             continue
-        shared = {k: candidate[k] for k in hit.tensors if k in candidate}
-        if not shared:
-            problems.append((Category.QUALITY, f"output {label}: no tensor in common with the golden"))
-            continue
+        shared = {k: candidate[k] for k in matched.shared}
         hit = replace(hit, tensors={k: t for k, t in hit.tensors.items() if k in shared})
         try:
             passed, lines, metrics, structural = _compare(shared, hit, experiment_class, contract, name,

@@ -164,7 +164,7 @@ class Judge:
 
     def check_scope(self, anchors: list[tuple[str, str]]) -> list[str]:
         from pytest_ditgate import git
-        from pytest_ditgate.verdict.scope import matches
+        from pytest_ditgate.verdict.scope import scope_problems
 
         artefacts = self._relative(self.artefacts)
         fixed = self.fixed_patterns()
@@ -176,12 +176,7 @@ class Judge:
                 self.problems.append((Category.INTEGRITY, f"cannot diff against the {label} {commit[:12]}: {exc}"))
                 continue
             changed.update(p for p in paths if not (artefacts and (p + "/").startswith(artefacts)))
-        for path in sorted(changed):
-            if any(matches(path, pattern) or _glob_match(path, pattern) for pattern in fixed):
-                self.problems.append((Category.INTEGRITY, f"{path}: a fixed path, changed since the lane's anchors"))
-            elif not any(matches(path, pattern) for pattern in self.mutable):
-                self.problems.append((Category.SCOPE, f"{path}: outside the mutable paths "
-                                                      f"({', '.join(self.mutable) or 'none declared'})"))
+        self.problems.extend(scope_problems(sorted(changed), self.mutable, fixed))
         return sorted(changed)
 
     def _relative(self, path: Path) -> str | None:
@@ -438,20 +433,26 @@ class Judge:
         facts.effective_class = classification.effective
         facts.class_evidence = list(classification.evidence)
         facts.candidate_config = observed.get("candidate_config") or None
-        if self.lane.timing is not None and not freeze:
-            # the judge times the lane itself: what the child timed in its own process, if anything, is not evidence
-            facts.child["advisory_comparisons"] = [str(c.get("comparison", {}).get("ratio")) for c in evidence.comparisons]
-            facts.comparisons = self.time_lane(facts, out) if returncode in (0, 1) else []
-            measured = {c["name"] for c in facts.comparisons}
-            for name in expected.get("comparisons", []):
-                if name not in measured:
-                    facts.problems.append((Category.CRASH, f"required comparison {name} was not measured"))
-        else:
-            facts.comparisons = judge_timings(evidence, expected.get("comparisons", []),
-                                              expected.get("reference_medians", {}), facts.problems)
         if not freeze:
             facts.quality = judge_outputs(self.root, evidence, expected.get("outputs", []), classification.effective,
                                           self.contract(), facts.arch, facts.problems)
+        if self.lane.timing is not None and not freeze:
+            # the judge times the lane itself: what the child timed in its own process, if anything, is not evidence
+            facts.child["advisory_comparisons"] = [str(c.get("comparison", {}).get("ratio")) for c in evidence.comparisons]
+            if returncode != 0 or facts.problems:
+                # correct before fast: a candidate already refused is not timed (its wrong outputs would fail the
+                # timing's audit and read as tampering, 12, where they are a quality failure)
+                facts.child["judge_timing"] = {"skipped": "the candidate is refused before its speed matters"}
+                print("ditgate: the judge does not time the lane: the candidate is already refused", flush=True)
+            else:
+                facts.comparisons = self.time_lane(facts, out)
+                measured = {c["name"] for c in facts.comparisons}
+                for name in expected.get("comparisons", []):
+                    if name not in measured:
+                        facts.problems.append((Category.CRASH, f"required comparison {name} was not measured"))
+        else:
+            facts.comparisons = judge_timings(evidence, expected.get("comparisons", []),
+                                              expected.get("reference_medians", {}), facts.problems)
         facts.outputs_seen = sorted({f"{o.get('name')}@{o.get('key')}" for o in evidence.outputs})
 
     def contract(self) -> Path:
@@ -510,15 +511,7 @@ class Judge:
         return self.report(verdict, detail.get("quality"))
 
     def report(self, verdict: Any, quality: list[dict[str, Any]] | None = None) -> int:
-        print(f"VERDICT: {verdict.headline()}  (exit code {verdict.exit_code})")
-        if verdict.declared_class != verdict.experiment_class:
-            print(f"class: declared {verdict.declared_class}, judged as {verdict.experiment_class}")
-        if verdict.objective:
-            o = verdict.objective
-            print(f"objective: {o['metric']}: {o['ratio']:.4f} (CI {o['ci_low']:.4f}..{o['ci_high']:.4f})"
-                  + (f"; {o['vs_best']}" if o.get("vs_best") else ""))
-        for reason in verdict.reasons[:20]:
-            print(f"  - {reason}")
+        print("\n".join(verdict.lines()))
         for note in sorted({q["judged_on"] for q in quality or () if q.get("judged_on")}):
             print(f"note: {note}")
         print(f"verdict: {self.artefacts / VERDICT_FILE}")
@@ -602,16 +595,6 @@ def uninterrupted() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if held and callable(previous):
         previous(signal.SIGINT, held[0])
-
-
-def _glob_match(path: str, pattern: str) -> bool:
-    import fnmatch
-
-    if "#" in pattern:
-        return False  # a pyproject table: the lock judges it, scope judges the file itself
-    if pattern.startswith("**/"):
-        return fnmatch.fnmatch(path.rsplit("/", 1)[-1], pattern[3:])
-    return False
 
 
 #: the judge imports what it compares with while the child runs only on a machine with at least this many

@@ -10,7 +10,7 @@ import datetime as _dt
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_ditgate.verdict.outcome import Category, GateOutcome, Verdict, decide
+from pytest_ditgate.verdict.outcome import Category, GateOutcome, Verdict
 
 
 @dataclass
@@ -38,33 +38,17 @@ class Facts:
     min_improvement: float = 0.0
 
 
-def objective_and_speed(facts: Facts) -> dict[str, Any] | None:
-    """The objective from the re-derived comparisons; a performance problem when it does not beat the best."""
-    from pytest_ditgate.verdict.objective import beats_best, combine
-
-    objective = combine([c for c in facts.comparisons if not c["versus_best"]])
-    if objective is None:
-        return None
-    best = facts.best_before
-    better, why = beats_best(objective, best, min_improvement=facts.min_improvement,
-                             remeasured=combine([c for c in facts.comparisons if c["versus_best"]]))
-    if better and best is not None and objective["ratio"] > float(best["objective"]["ratio"]):
-        better, why = False, (f"not faster than the lane best: ratio to the baseline implementation "
-                              f"{objective['ratio']:.4f} is above the best's {float(best['objective']['ratio']):.4f} "
-                              f"(the re-measured best alone does not decide: {why})")
-    objective["vs_best"] = why
-    if not better:
-        facts.problems.append((Category.PERFORMANCE, why))
-    return objective
-
-
 def build(facts: Facts, *, speed: bool = True) -> tuple[Verdict, dict[str, Any], dict[str, Any]]:
-    """(verdict, detail record for verdict.json / experiments.jsonl, results.tsv row)."""
+    """(verdict, detail record for verdict.json / experiments.jsonl, results.tsv row): decided by
+    ``verdict.evaluate`` from the facts, as an advisory run decides from its own evidence."""
+    from pytest_ditgate.verdict.evaluate import Evidence, evaluate
     from pytest_ditgate.verdict.objective import improvement_pct
 
-    objective = objective_and_speed(facts) if speed else None
-    verdict = decide(facts.outcomes, session_problems=facts.problems, experiment_class=facts.effective_class,
-                     declared_class=facts.declared_class, lane=facts.lane, objective=objective)
+    evaluation = evaluate(Evidence(
+        outcomes=facts.outcomes, comparisons=facts.comparisons, declared_class=facts.declared_class,
+        class_evidence=facts.class_evidence, lane=facts.lane, best=facts.best_before,
+        min_improvement=facts.min_improvement, problems=facts.problems, speed=speed))
+    verdict, objective = evaluation.verdict, evaluation.objective
     now = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     best = facts.best_before
     detail = {

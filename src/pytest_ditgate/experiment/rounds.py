@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+from pytest_ditgate.verdict.objective import LANE_BEST_LABEL as BEST_LABEL
 from pytest_ditgate.verdict.outcome import Category
 
 #: seconds a server may take to answer (a build may compile; a round is sized to tens of milliseconds)
@@ -43,8 +44,6 @@ BUILD_TIMEOUT_S = 900.0
 ROUND_TIMEOUT_S = 120.0
 #: rounds added at a time while the interval is too wide
 EXTRA_ROUNDS = 8
-#: the label of the re-measured best in a comparison's name (``verdict.lane.LANE_BEST_LABEL``)
-BEST_LABEL = "lane-best"
 #: the rounds' statistic: this quantile of each side's per-call times (a round slowed by something else on the
 #: machine reads slower, never faster: a low quantile is the least disturbed reading)
 QUANTILE = 0.2

@@ -97,6 +97,8 @@ class Golden:
     session: "GoldenSession"
     nodeid: str
     fingerprints: dict[str, str] = field(default_factory=dict)  # machine key -> what it stands for
+    #: the run's hooks (``pytest_ditgate_golden_check``); None outside a pytest run
+    hook: Any = None
 
     def __repr__(self) -> str:  # pytest prints the fixture beside a failing test: keep it one short line
         return f"<golden fixture: {self.session.mode} mode, store {self.session.store.root}>"
@@ -150,9 +152,18 @@ class Golden:
         key = resolved_key(f"golden.check({name!r}, tensors)", device, tensors)
         if is_machine_key(key) and key in self.fingerprints:
             metadata = {"machine": self.fingerprints[key], **dict(metadata or {})}
-        return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata,
-                                  optional=tuple(optional), quality_inputs=quality_inputs,
-                                  frozen_with=tuple(frozen_with), allow_dtype_change=allow_dtype_change)
+        optional = tuple(optional)
+
+        def check() -> "GoldenResult":
+            __tracebackhide__ = True
+            return self.session.check(name, tensors, key, compare=compare, nodeid=self.nodeid, metadata=metadata,
+                                      optional=optional, quality_inputs=quality_inputs,
+                                      frozen_with=tuple(frozen_with), allow_dtype_change=allow_dtype_change)
+
+        if self.hook is None:
+            return check()
+        return self.hook.pytest_ditgate_golden_check(name=name, key=key, tensors=tensors, nodeid=self.nodeid,
+                                                     optional=optional, check=check)
 
 
 def check_arguments(name: Any, tensors: Any, *, compare: Any, metadata: Any, optional: Any, quality_inputs: Any,

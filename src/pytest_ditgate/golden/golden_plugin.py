@@ -133,7 +133,14 @@ def golden(request: pytest.FixtureRequest):
     """Golden-store access for this test: ``golden.check(name, tensors)`` and ``golden.load(name)``."""
     from pytest_ditgate.golden.fixture import Golden
 
-    return Golden(request.config.stash[golden_session_key].session, request.node.nodeid)
+    return Golden(request.config.stash[golden_session_key].session, request.node.nodeid, hook=request.config.hook)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_ditgate_golden_check(check: Any) -> Any:
+    """The comparison itself (wrappers around it see the tensors first)."""
+    __tracebackhide__ = True
+    return check()
 
 
 @pytest.hookimpl(tryfirst=True)

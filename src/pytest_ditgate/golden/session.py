@@ -8,7 +8,6 @@ which each flush their own queue, never lose each other's entries). In ``check``
 from __future__ import annotations
 
 import datetime as _dt
-import fnmatch
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
@@ -19,6 +18,7 @@ from pytest_ditgate.golden.comparator import TensorComparator
 from pytest_ditgate.golden.frozen_with import disagreement as metadata_disagreement
 from pytest_ditgate.golden.keys import KeyStep, fallback_chain, is_machine_key, validate_key
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
+from pytest_ditgate.golden.names import match_names
 from pytest_ditgate.golden.quality_inputs import PROVENANCE_KEY, disagreement, frozen_record, quality_record
 from pytest_ditgate.golden.report import shown_names
 from pytest_ditgate.golden.store import GoldenStore, sha256_bytes, validate_name
@@ -209,14 +209,10 @@ class GoldenSession:
                         quality=quality_record(quality_inputs))
             return GoldenResult(name, "overwritten" if exists else "written", key)
         hit = self._queued_hit(pending, key) if pending is not None else self.lookup(name, key, nodeid=nodeid)
-        absent = sorted(set(hit.tensors) - set(tensors))
-        not_compared = tuple(n for n in absent if any(fnmatch.fnmatchcase(n, p) for p in optional))
         # the tensor names are checked here, for every comparator; the comparator judges the shared ones
-        names = ([f"FAIL {n}: missing from the candidate (required)" for n in absent if n not in not_compared]
-                 + [f"FAIL {n}: not in the golden (refreeze to add it)" for n in sorted(set(tensors) - set(hit.tensors))])
-        shared = {n: t for n, t in tensors.items() if n in hit.tensors}
-        if not shared:
-            names.append("FAIL: no tensor in common with the golden: nothing was compared")
+        matched = match_names(hit.tensors, tensors, optional)
+        names, not_compared = matched.failures(), matched.not_compared
+        shared = {n: tensors[n] for n in matched.shared}
         stale = _stale_inputs(hit, metadata or {}, frozen_with, quality_inputs, shared)
         if stale:
             raise GateFailure("golden_stale", f"{hit.describe()} was frozen for other inputs than this test gives "

@@ -44,9 +44,7 @@ from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.quality.specs import DEFAULT_CLASS, EXPERIMENT_CLASSES
 from pytest_ditgate.report_properties import CONFIG_PROPERTY
-
-#: the label that marks a ditbench.pair comparison as candidate versus the re-measured lane best
-LANE_BEST_LABEL = "lane-best"
+from pytest_ditgate.verdict.objective import LANE_BEST_LABEL
 
 __all__ = ["CONFIG_PROPERTY", "DEFAULT_MIN_IMPROVEMENT", "LANE_BEST_LABEL", "LaneHandle", "LaneSpec", "ditgate_lane",
            "load_lane"]

@@ -11,6 +11,40 @@ from __future__ import annotations
 import math
 from typing import Any, Iterable
 
+#: the label of a comparison against the lane's best (``ditbench.pair(..., labels=("candidate", LANE_BEST_LABEL))``
+#: in a suite; the judge's own timing names its ratios so too)
+LANE_BEST_LABEL = "lane-best"
+
+
+def is_versus_best(comparison: dict[str, Any]) -> bool:
+    """Whether a comparison measured the candidate against the lane's best (not against the baseline)."""
+    flagged = comparison.get("versus_best")
+    if flagged is not None:
+        return bool(flagged)
+    return str(comparison.get("name", "")).endswith(f"/ {LANE_BEST_LABEL}")
+
+
+def judge_objective(comparisons: Iterable[dict[str, Any]], best: dict[str, Any] | None, *,
+                    min_improvement: float = 0.0) -> tuple[dict[str, Any] | None, str | None]:
+    """The objective of a run and, when it does not beat the lane's best, why: the one rule the judge and an
+    advisory ``--ditgate-lane`` run both apply.
+
+    The candidate must beat the best (``beats_best``: the re-measured best decides when measured), and its ratio
+    to the baseline implementation must not be above the best's recorded one: a candidate that only reads faster
+    than a re-measured best that happened to run slow is no new best."""
+    comparisons = list(comparisons)
+    objective = combine([c for c in comparisons if not is_versus_best(c)])
+    if objective is None:
+        return None, None
+    better, why = beats_best(objective, best, min_improvement=min_improvement,
+                             remeasured=combine([c for c in comparisons if is_versus_best(c)]))
+    if better and best is not None and objective["ratio"] > float(best["objective"]["ratio"]):
+        better, why = False, (f"not faster than the lane best: ratio to the baseline implementation "
+                              f"{objective['ratio']:.4f} is above the best's {float(best['objective']['ratio']):.4f} "
+                              f"(the re-measured best alone does not decide: {why})")
+    objective["vs_best"] = why
+    return objective, None if better else why
+
 
 def combine(comparisons: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     """Objective of a run (None when it made no side-by-side comparison)."""

@@ -107,6 +107,21 @@ class Verdict:
                 text += f" (+{len(self.reasons) - 1} more)"
         return text
 
+    def lines(self, *, limit: int = 20) -> list[str]:
+        """The verdict as the judge and an advisory run print it: the headline with the exit code, the class
+        when the evidence overrode the claim, the objective, and the reasons (the first ``limit``)."""
+        lines = [f"VERDICT: {self.headline()}  (exit code {self.exit_code})"]
+        if self.declared_class != self.experiment_class:
+            lines.append(f"class: declared {self.declared_class}, judged as {self.experiment_class}")
+        if self.objective:
+            o = self.objective
+            lines.append(f"objective: {o['metric']}: {o['ratio']:.4f} (CI {o['ci_low']:.4f}..{o['ci_high']:.4f})"
+                         + (f"; {o['vs_best']}" if o.get("vs_best") else ""))
+        lines += [f"  - {reason}" for reason in self.reasons[:limit]]
+        if len(self.reasons) > limit:
+            lines.append(f"  ... and {len(self.reasons) - limit} more (verdict.json lists every one)")
+        return lines
+
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
         data["status"] = self.status.value

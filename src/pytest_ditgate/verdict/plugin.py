@@ -10,7 +10,6 @@ the controller as ``user_properties`` of test reports (names in :mod:`pytest_dit
 from __future__ import annotations
 
 import datetime as _dt
-import re
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,6 @@ from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.report_properties import (CLASS_EVIDENCE_PROPERTY, COMPARISON_PROPERTY, CONFIG_PROPERTY,
                                               PEAK_MEMORY_PROPERTY, QUALITY_ATTRIBUTE, REASON_PROPERTY)
 from pytest_ditgate.bench.options import LANE
-from pytest_ditgate.verdict.lane import LANE_BEST_LABEL
 from pytest_ditgate.verdict.options import DESCRIPTION, MIN_IMPROVEMENT, VERDICT_JSON
 
 
@@ -56,7 +54,9 @@ class ExperimentSession:
         self.description = options.get_option(config, DESCRIPTION) or ""
         self.project = load_project_config(config.rootpath)
         self.min_improvement = _min_improvement(options.get_option(config, MIN_IMPROVEMENT), self.project, self.lane)
-        self.outcomes: dict[str, Any] = {}
+        from pytest_ditgate.verdict.reports import OutcomeBook
+
+        self.book = OutcomeBook()
         self.comparisons: list[dict[str, Any]] = []
         self.candidate_config: dict[str, Any] = {}
         self.class_evidence: list[str] = []
@@ -72,8 +72,6 @@ class ExperimentSession:
 
     # -- collection -------------------------------------------------------------------------------
     def add_report(self, report: pytest.TestReport) -> None:
-        from pytest_ditgate.verdict.outcome import GateOutcome
-
         reason = dict(report.user_properties).get(REASON_PROPERTY)
         for key, value in report.user_properties:
             if key == COMPARISON_PROPERTY and report.when == "call":
@@ -86,16 +84,7 @@ class ExperimentSession:
                 self.peak_memory = max(self.peak_memory or 0, int(value))
         for record in getattr(report, QUALITY_ATTRIBUTE, None) or []:
             self.quality.append(dict(record, test=report.nodeid))
-        if report.skipped and report.nodeid not in self.outcomes:
-            self.outcomes[report.nodeid] = GateOutcome(report.nodeid, "skipped")
-        elif report.failed:
-            outcome = "failed" if report.when == "call" or reason else "error"
-            crash = getattr(report.longrepr, "reprcrash", None)
-            message = crash.message if crash is not None else (report.longreprtext.strip().splitlines() or [""])[-1]
-            message = re.sub(r"^[\w.]*GateFailure: \[[\w-]+\] ", "", message)
-            self.outcomes[report.nodeid] = GateOutcome(report.nodeid, outcome, reason, message)
-        elif report.passed and report.when == "call":
-            self.outcomes.setdefault(report.nodeid, GateOutcome(report.nodeid, "passed"))
+        self.book.add_report(report, reason)
 
     # -- session-level checks ---------------------------------------------------------------------
     def check_fixed_paths(self) -> list[str]:
@@ -112,40 +101,32 @@ class ExperimentSession:
 
     # -- decision ---------------------------------------------------------------------------------
     def build_record(self, session: pytest.Session) -> tuple[Any, dict[str, Any]]:
-        """Pure: the advisory verdict and its record from what was collected (nothing is written)."""
+        """Pure: the advisory verdict and its record from what was collected (nothing is written), decided by
+        ``verdict.evaluate`` as the judge decides."""
         from pytest_ditgate.verdict.candidate import declared_class
-        from pytest_ditgate.verdict.classify import classify_tagged
-        from pytest_ditgate.verdict.objective import beats_best, combine
-        from pytest_ditgate.verdict.outcome import Category, GateOutcome, decide
+        from pytest_ditgate.verdict.evaluate import Evidence, evaluate
+        from pytest_ditgate.verdict.outcome import Category, GateOutcome
 
         declared = declared_class(self.config)
-        classification = classify_tagged(declared, self.class_evidence)
-        versus_best = [c for c in self.comparisons if _is_versus_best(c)]
-        objective = combine([c for c in self.comparisons if not _is_versus_best(c)])
         problems = list(self.session_problems)
         best = None
         try:
             best = self.recorded_best()
         except ValueError as exc:
             problems.append((Category.INTEGRITY, str(exc)))
-        if objective is not None and self.lane:
-            better, why = beats_best(objective, best, min_improvement=self.min_improvement,
-                                     remeasured=combine(versus_best))
-            objective["vs_best"] = why
-            if not better:
-                problems.append((Category.PERFORMANCE, why))
-        outcomes = dict(self.outcomes)
+        outcomes = dict(self.book.outcomes)
         if session.exitstatus in (pytest.ExitCode.INTERRUPTED, pytest.ExitCode.INTERNAL_ERROR):
             outcomes["<session>"] = GateOutcome("<session>", "error", None, "the run was interrupted")
-        if not any(o.outcome in ("passed", "failed") for o in outcomes.values()):
-            problems.append((Category.CRASH, "no test ran (collected none, or skipped all)"))
-        verdict = decide(outcomes.values(), session_problems=problems, experiment_class=classification.effective,
-                         declared_class=declared, lane=self.lane, objective=objective)
+        evaluation = evaluate(Evidence(
+            outcomes=outcomes.values(), comparisons=self.comparisons, declared_class=declared,
+            class_evidence=self.class_evidence, lane=self.lane, best=best, min_improvement=self.min_improvement,
+            problems=problems, require_a_test=True))
+        verdict = evaluation.verdict
         detail = {
             "time_utc": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), "advisory": True,
             "verdict": verdict.to_dict(),
-            "classification": {"declared": declared, "effective": classification.effective,
-                               "evidence": list(classification.evidence)},
+            "classification": {"declared": declared, "effective": evaluation.effective_class,
+                               "evidence": list(evaluation.class_evidence)},
             "comparisons": self.comparisons, "quality": self.quality, "best_before": best,
             "candidate_config": self.candidate_config or None,
             "peak_memory_bytes": self.peak_memory, "description": self.description, "notes": self.notes,
@@ -210,22 +191,12 @@ class ExperimentSession:
         verdict = self.verdict
         terminalreporter.section("ditgate verdict", sep="=", bold=True,
                                  green=verdict.label == "keep", red=verdict.label != "keep")
-        terminalreporter.write_line(f"VERDICT: {verdict.headline()}  (exit code {verdict.exit_code})", bold=True)
-        if verdict.declared_class != verdict.experiment_class:
-            terminalreporter.write_line(f"class: declared {verdict.declared_class}, judged as {verdict.experiment_class}")
-        if verdict.objective:
-            o = verdict.objective
-            terminalreporter.write_line(
-                f"objective: {o['metric']}: {o['ratio']:.4f} (CI {o['ci_low']:.4f}..{o['ci_high']:.4f})"
-                + (f"; {o['vs_best']}" if o.get("vs_best") else ""))
-        for reason in verdict.reasons[:20]:
-            terminalreporter.write_line(f"  - {reason}")
+        headline, *rest = verdict.lines()
+        terminalreporter.write_line(headline, bold=True)
+        for line in rest:
+            terminalreporter.write_line(line)
         for note in self.notes:
             terminalreporter.write_line(f"note: {note}")
-
-
-def _is_versus_best(comparison: dict[str, Any]) -> bool:
-    return str(comparison.get("name", "")).endswith(f"/ {LANE_BEST_LABEL}")
 
 
 _session_key = pytest.StashKey[ExperimentSession]()
