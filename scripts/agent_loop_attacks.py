@@ -40,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import ROOT, SKIP, Loop  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import ROOT, SKIP, Loop, scrub  # noqa: E402 - the loop's repository and commands
 
 CANDIDATE = "dit_impl/fast/candidate.py"
 
@@ -266,8 +266,8 @@ def main(argv: list[str] | None = None) -> int:
               "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                                        text=True).stdout.strip() or None}
     if ns.json:
-        Path(ns.json).write_text(json.dumps(record, indent=1) + "\n")
-        shutil.copy(base / "attacks.log", Path(ns.json).with_suffix(".log"))
+        Path(ns.json).write_text(scrub(json.dumps(record, indent=1), base) + "\n")
+        Path(ns.json).with_suffix(".log").write_text(scrub((base / "attacks.log").read_text(errors="replace"), base))
     if not ns.keep:
         shutil.rmtree(base, ignore_errors=True)
     if error:

@@ -123,6 +123,15 @@ class Loop:
         self.git("reset", "-q", "--hard", "HEAD^")
 
 
+def scrub(text: str, *temporary: Path) -> str:
+    """A record's text without this machine's paths: the repository as ``<repo>``, the run's temporary folders
+    as ``<tmp>``, the home folder as ``~`` (a committed record names no machine)."""
+    for folder, name in [*((t, "<tmp>") for t in temporary), (ROOT, "<repo>"), (Path.home(), "~")]:
+        for form in {str(folder), str(folder.resolve())}:
+            text = text.replace(form, name)
+    return text
+
+
 def timed(action) -> tuple[int, float]:
     started = time.perf_counter()
     code = action()

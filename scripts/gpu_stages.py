@@ -342,6 +342,26 @@ def stage_attacks(logs: Path, limit: float, env: dict[str, str]) -> dict[str, An
             "passed": code == 0 and bool(targets) and not failures}
 
 
+def stage_classes(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
+    """Every experiment class through the judge on the DiT lane and the kernel lane (an honest and a harmful
+    candidate each): each exit code and judged class against the script's GPU expectations."""
+    code, seconds = run_logged([sys.executable, "scripts/agent_loop_classes.py", "--json", str(logs / "classes.json")],
+                               logs / "classes.log", limit, env)
+
+    def convert(data: dict) -> list[dict]:
+        return [_target(t["name"], f"exit {t['exit']}, judged {t.get('judged')}",
+                        " or ".join(map(str, t["expected"])) + (f", judged {t['expected_class']}"
+                                                               if t.get("expected_class") else ""), t["pass"])
+                for t in data["targets"]]
+
+    targets, failures = targets_from(logs / "classes.json", convert)
+    failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}" for t in targets if not t["pass"]]
+    if code != 0 and not failures:
+        failures.append(f"the classes script exited {code}: see classes.log")
+    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
+            "passed": code == 0 and bool(targets) and not failures}
+
+
 def _source(*functions: Callable[..., Any]) -> str:
     return "".join(inspect.getsource(f) for f in functions)
 
@@ -369,6 +389,8 @@ STAGES = [
     Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_loop)),
     Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
           _source(stage_attacks)),
+    Stage("classes", "whole", ("scripts/agent_loop_classes.py",), "scripts/agent_loop_classes.py", 540,
+          _source(stage_classes, _target)),
 ]
 BY_NAME = {stage.name: stage for stage in STAGES}
 TEST_RUNNERS = {"plugin": run_plugin, "suites": run_suites, "corpus": run_corpus}
@@ -391,4 +413,6 @@ def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded
         return benchmark_stage(script, BENCH_ARGS[stage.name], result_name, convert, logs, stage.limit_s, out, env)
     if stage.name == "attacks":
         return stage_attacks(logs, stage.limit_s, env)
+    if stage.name == "classes":
+        return stage_classes(logs, stage.limit_s, env)
     return stage_loop(logs, stage.limit_s, env)

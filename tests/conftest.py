@@ -19,10 +19,12 @@ LONGEST_FIRST = (
     "plugin/test_judge_runs.py",         # seven judged runs
     "plugin/test_judge_baseline.py",     # baselines of fresh projects (two runs each) and their failures
     "gates/dit/test_shapes.py",          # the shapes case sampled three times
+    "dit_fast/test_lane_classes.py",     # seven pytest runs of the DiT lane's quality tests
     "plugin/test_bench_fixture.py",      # ditbench in pytest subprocesses, one with xdist workers
     "plugin/test_gpus_xdist.py",         # three pytest runs with xdist workers
     "plugin/test_tolerance_corpus.py",   # 57 honest variants, ten seeds each
     "plugin/test_agent_loop.py",         # the agent loop's judged runs
+    "plugin/test_judge_classes.py",      # a baseline and two judged runs
     "gates/dit/test_candidate_lane.py",  # the candidate samples the shapes case
     "plugin/test_golden_store.py",       # one pytest run with xdist workers
     "kernels/test_sass_dtypes.py",       # nvcc builds

@@ -4,10 +4,16 @@ Same weights (see ``weights.py``), same arithmetic order, different layout: the 
 block (timestep MLP, label table, adaLN linear) is stacked and computed up front in batched matmuls,
 Q/K/V can be one projection, attention runs on a chosen SDPA backend, the adaLN pieces can be the fused
 kernels, blocks can be compiled one by one. ``FastDiT.report()`` says what each switch actually did.
+
+Two switches change the arithmetic on purpose (other experiment classes): ``tf32`` runs the forward's float32
+matmuls in TF32 (``numerical``), ``quant`` stores the blocks' linears in low bit (``quantization``,
+``quant.py``). A sampler may reuse some blocks' output from an earlier step (:class:`BlockCache`,
+``approximate``). Latents of any dtype are accepted and computed in the model's dtype.
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -16,10 +22,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from dit_impl.fast import adaln, gemms
+from dit_impl.fast import adaln, gemms, quant
 from dit_impl.fast.attention import AttentionRecorder, sdpa
 from dit_impl.fast.embeddings import TIMESTEP_CHANNELS, patch_positions, timestep_features
 from dit_impl.fast.options import FastOptions
+from dit_impl.shapes.variants import tf32
 
 #: LayerNorm epsilons of diffusers' DiT: norm1 / norm_out use 1e-6, the pre-MLP norm3 uses norm_eps 1e-5
 EPS_ATTN, EPS_MLP, EPS_OUT = 1e-6, 1e-5, 1e-6
@@ -66,6 +73,22 @@ class DitShape:
                    out_channels=int(out) if out is not None else in_channels, num_layers=int(get("num_layers")),
                    sample_size=int(get("sample_size")), patch_size=int(get("patch_size")),
                    num_embeds_ada_norm=int(get("num_embeds_ada_norm", 1000)))
+
+
+@dataclass
+class BlockCache:
+    """Reuse of blocks ``first`` .. ``last - 1`` across sampler steps (set by a sampler with
+    ``FastDiT.use_block_cache``): a call with ``reuse`` false runs them and keeps what they added to the
+    residual stream; a call with ``reuse`` true skips them and adds that again. A batch of another shape (a
+    guidance cutoff halves it) runs them and keeps the new difference."""
+
+    first: int
+    last: int
+    reuse: bool = False
+    delta: Any = None
+
+    def ready(self, x: torch.Tensor) -> bool:
+        return self.reuse and self.delta is not None and self.delta.shape == x.shape
 
 
 @dataclass
@@ -193,7 +216,10 @@ class FastDiT(nn.Module):
         self.adaln_impl = adaln.torch_ops("not prepared")
         self.gelu_epilogue_reason = "not prepared"
         self.gemms = gemms.cublas("not prepared")
+        self.quant_report = "off"
+        self.block_cache: BlockCache | None = None
         self._compiled = False
+        self._quantized = False
 
     @property
     def dtype(self) -> torch.dtype:
@@ -214,17 +240,24 @@ class FastDiT(nn.Module):
     def prepare(self) -> "FastDiT":
         """Apply the switches that depend on where the model lives: adaLN implementation and compile."""
         compiled = self.options.compile == "blocks"
+        quantized = self.options.quant != "none"
+        if quantized and not self._quantized:  # before compile: the blocks trace their quantized linears
+            self.quant_report = quant.quantize_blocks(self, self.options.quant, emulate=self.options.fp8_emulate)
+            self._quantized = True
         self.adaln_impl = adaln.resolve_ops(self.options.adaln, self.device.type, compiled)
         if self.options.adaln != "torch" and self.adaln_impl.impl == "torch":
             self._fell_back(f"adaln={self.options.adaln!r} fell back to PyTorch ops: {self.adaln_impl.reason}",
                             warn=self.options.adaln == "kernels")
-        self.gemms = gemms.resolve_gemms(self.options.gemm, self.device, self.dtype, compiled,
-                                         self.options.fused_qkv)
+        self.gemms = (gemms.cublas(f"quant={self.options.quant}: the blocks' GEMMs are its quantized linears")
+                      if quantized else gemms.resolve_gemms(self.options.gemm, self.device, self.dtype, compiled,
+                                                            self.options.fused_qkv))
         if self.options.gemm != "cublas" and self.gemms.impl == "cublas":
             self._fell_back(f"gemm={self.options.gemm!r} fell back to cuBLAS: {self.gemms.reason}")
         # CPU's _addmm_activation applies the erf GELU, not tanh: the epilogue is only exact on CUDA (cuBLASLt)
-        epilogue = self.options.gelu_epilogue and self.device.type == "cuda"
+        epilogue = self.options.gelu_epilogue and self.device.type == "cuda" and not quantized
         self.gelu_epilogue_reason = ("off" if not self.options.gelu_epilogue else
+                                     f"ignored: quant={self.options.quant} runs fc1 as a quantized linear"
+                                     if quantized else
                                      f"superseded: gemm={self.options.gemm} runs fc1 with its own GELU epilogue"
                                      if self.gemms.fc1_gelu is not None else
                                      "cuBLASLt GELU(tanh) epilogue" if epilogue else
@@ -247,10 +280,26 @@ class FastDiT(nn.Module):
                           dtype=self.dtype, device=self.device)
         self.recorder.probe(*qkv.permute(2, 0, 3, 1, 4))
 
+    def use_block_cache(self, cache: BlockCache | None) -> None:
+        """Let the following calls reuse blocks as ``cache`` says (None: every block runs, the default)."""
+        if cache is not None:
+            if self.options.block_seam:
+                raise ValueError("a block cache needs block_seam=False (a seamed block hands its successor a "
+                                 "normalised input, which a skipped block would not)")
+            if not 0 <= cache.first < cache.last <= len(self.transformer_blocks):
+                raise ValueError(f"block cache {cache.first}..{cache.last} is outside the model's "
+                                 f"{len(self.transformer_blocks)} blocks")
+        self.block_cache = cache
+
     def forward(self, hidden_states: torch.Tensor, timestep: torch.Tensor | float | int | None = None,
                 class_labels: torch.Tensor | None = None, return_dict: bool = True, **_ignored: Any) -> Any:
         if timestep is None or class_labels is None:
             raise ValueError("FastDiT needs both timestep and class_labels (a class-conditional DiT)")
+        with tf32(True) if self.options.tf32 else contextlib.nullcontext():  # around the forward only
+            return self._forward(hidden_states.to(self.dtype), timestep, class_labels, return_dict)
+
+    def _forward(self, hidden_states: torch.Tensor, timestep: Any, class_labels: torch.Tensor,
+                 return_dict: bool) -> Any:
         batch = hidden_states.shape[0]
         timestep = torch.as_tensor(timestep, device=hidden_states.device).reshape(-1).expand(batch)
         p, grid = self.shape.patch_size, hidden_states.shape[-1] // self.shape.patch_size
@@ -264,14 +313,33 @@ class FastDiT(nn.Module):
         if self.options.block_seam:
             x = self._seamed_blocks(x, mod, shift, scale)
         else:
-            for i, block in enumerate(self.transformer_blocks):
-                x = block(x, mod[i])
+            x = self._blocks(x, mod)
             x = F.layer_norm(x, x.shape[-1:], eps=EPS_OUT) * (1 + scale[:, None]) + shift[:, None]
         x = self.proj_out_2(x)
         c = self.shape.out_channels
         x = x.reshape(batch, grid, grid, p, p, c).permute(0, 5, 1, 3, 2, 4)
         out = x.reshape(batch, c, grid * p, grid * p)
         return FastOutput(sample=out) if return_dict else (out,)
+
+    def _blocks(self, x: torch.Tensor, mod: torch.Tensor) -> torch.Tensor:
+        """Every block in turn; with a block cache, its blocks run or their kept difference is added."""
+        cache, blocks = self.block_cache, self.transformer_blocks
+        if cache is None:
+            for i, block in enumerate(blocks):
+                x = block(x, mod[i])
+            return x
+        for i in range(cache.first):
+            x = blocks[i](x, mod[i])
+        if cache.ready(x):
+            x = x + cache.delta
+        else:
+            start = x
+            for i in range(cache.first, cache.last):
+                x = blocks[i](x, mod[i])
+            cache.delta = x - start
+        for i in range(cache.last, len(blocks)):
+            x = blocks[i](x, mod[i])
+        return x
 
     def _seamed_blocks(self, x: torch.Tensor, mod: torch.Tensor, shift_out: torch.Tensor,
                        scale_out: torch.Tensor) -> torch.Tensor:
@@ -293,7 +361,8 @@ class FastDiT(nn.Module):
         return {"options": self.options.to_dict(), "label": self.options.label(), "sdpa": self.recorder.report(),
                 "adaln": {"impl": self.adaln_impl.impl, "reason": self.adaln_impl.reason},
                 "gelu_epilogue": self.gelu_epilogue_reason,
-                "gemm": {"impl": self.gemms.impl, "reason": self.gemms.reason},
+                "gemm": {"impl": self.gemms.impl, "reason": self.gemms.reason}, "quant": self.quant_report,
+                "tf32": self.options.tf32,
                 "compile": {"mode": self.options.compile, "compile_mode": self.options.compile_mode},
                 "shared_embedder": self.cond.embedders == 1, "dtype": str(self.dtype).replace("torch.", ""),
                 "device": str(self.device)}

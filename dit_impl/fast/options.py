@@ -14,6 +14,10 @@ ADALN_MODES = ("torch", "kernels", "auto")
 COMPILE_MODES = ("off", "blocks")
 GEMM_LIBRARIES = ("cublas", "quack", "quack_fc1")
 DTYPES = ("float32", "bfloat16", "float16")
+#: low-bit GEMMs of the blocks' linears (``dit_impl/fast/quant.py``): weight-only int8 or fp8 (dequantized per
+#: call), fp8 GEMMs through ``torch._scaled_mm`` (per-token activations x per-channel weights, or per-tensor
+#: scales; sm_89+), and int4 without scales (a harmful control: most weights round to zero)
+QUANT_MODES = ("none", "int8_weight", "fp8_weight", "fp8", "fp8_tensor", "int4_noscale")
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,15 @@ class FastOptions:
     cuda_graphs: bool = False
     #: parameter and activation dtype
     dtype: str = "bfloat16"
+    #: float32 matmuls and convolutions of the forward in TF32 (CUDA): switched on around each forward only,
+    #: the previous settings restored after it (a ``numerical`` change of float32 models)
+    tf32: bool = False
+    #: the blocks' linears (QKV, attention-out, fc1, fc2) in low bit (``QUANT_MODES``; a ``quantization``
+    #: change): ``fp8``/``fp8_tensor`` need fp8 GEMMs (CUDA sm_89+) and are refused elsewhere with the reason
+    quant: str = "none"
+    #: run ``fp8``/``fp8_tensor`` as float GEMMs of the dequantized operands where fp8 GEMMs cannot run (the CPU
+    #: lane's stand-in: the same roundings of weights and activations, none of the speed)
+    fp8_emulate: bool = False
     #: raise instead of warning when an explicitly chosen fast path falls back (math SDPA, no kernels)
     strict: bool = False
 
@@ -57,7 +70,7 @@ class FastOptions:
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field whose value is unknown."""
         for name, allowed in (("sdpa", SDPA_BACKENDS), ("adaln", ADALN_MODES), ("compile", COMPILE_MODES),
-                              ("gemm", GEMM_LIBRARIES), ("dtype", DTYPES)):
+                              ("gemm", GEMM_LIBRARIES), ("dtype", DTYPES), ("quant", QUANT_MODES)):
             value = getattr(self, name)
             if value not in allowed:
                 raise ValueError(f"FastOptions.{name}={value!r} is not one of {', '.join(allowed)}")

@@ -23,8 +23,8 @@ Torch-free: the judge reads the declarations; the server processes call them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Callable
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
 
 #: what ``build`` is asked for
 IMPLS = ("candidate", "baseline")
@@ -45,7 +45,12 @@ class TimedRegion:
       the round ran;
     - ``audit_rel_l2``: the largest relative L2 error of a candidate's output against the baseline's for the
       same inputs;
-    - ``skip``: a callable returning why the region cannot run here (None: it can), e.g. "needs a GPU".
+    - ``skip``: a callable returning why the region cannot run here (None: it can), e.g. "needs a GPU";
+    - ``audit_by_class``: another bound per experiment class (``approximate``, ``quantization``, ...), where the
+      class changes the outputs by design; ``None`` there: the baseline's outputs cannot vouch for the class's
+      (fewer sampling steps of a random-weight model land anywhere), so each implementation's audited rounds
+      are recomputed by a fresh process of its own tree, untimed, and must match within ``self_audit_rel_l2``
+      (a replayed, skipped or stateful call does not reproduce there).
     """
 
     name: str
@@ -59,6 +64,13 @@ class TimedRegion:
     audit_rel_l2: float = 0.05
     round_ms: float = 50.0
     skip: Callable[[], str | None] | None = None
+    audit_by_class: Mapping[str, float | None] = field(default_factory=dict)
+    self_audit_rel_l2: float = 1e-3
+
+    def audit_bound(self, experiment_class: str) -> float | None:
+        """The rel-L2 bound against the baseline's outputs for a candidate judged as ``experiment_class``
+        (None: audited against a fresh process of its own tree instead)."""
+        return self.audit_by_class.get(experiment_class, self.audit_rel_l2)
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str):
@@ -76,3 +88,9 @@ class TimedRegion:
             raise ValueError(f"TimedRegion {self.name!r}: audits must be from 1 to rounds")
         if not 0 < float(self.audit_rel_l2) < 1:
             raise ValueError(f"TimedRegion {self.name!r}: audit_rel_l2 must be a fraction in (0, 1)")
+        if not 0 < float(self.self_audit_rel_l2) < 1:
+            raise ValueError(f"TimedRegion {self.name!r}: self_audit_rel_l2 must be a fraction in (0, 1)")
+        for klass, bound in dict(self.audit_by_class).items():
+            if bound is not None and not 0 < float(bound) < 1:
+                raise ValueError(f"TimedRegion {self.name!r}: audit_by_class[{klass!r}] must be a fraction in "
+                                 "(0, 1) or None")

@@ -10,6 +10,16 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 RESULTS = ROOT / "benchmarks" / "results" / "shapes_calibration_sm_90.json"
+#: the classes benchmark's record of the same case (benchmarks/shapes_classes.py), once measured on a GPU
+CLASSES_RESULTS = ROOT / "benchmarks" / "results" / "shapes_classes_sm_90.json"
+CPU_CLASSES = ROOT / "benchmarks" / "results" / "shapes_classes_cpu.json"
+
+
+def quantization_structure() -> dict[str, float]:
+    """What the classes benchmark's committed CPU record says an honest quantization needs on the shapes cases."""
+    import shapes_classes  # benchmarks/ is on sys.path (load_benchmark)
+
+    return shapes_classes.quantization_structure(json.loads(CPU_CLASSES.read_text()))
 
 
 @pytest.fixture(scope="module")
@@ -26,13 +36,15 @@ def test_contract_holds_the_derived_limits(calibration) -> None:
     contract = load_contract(ROOT / "fixtures" / "quality_contract.toml")
     rules = {(r.metric, r.experiment_class): r for r in contract.rules("numerical") + contract.rules("quantization")
              if r.applies_to(calibration.CASE)}
-    for metric in calibration.LEARNED:
-        noise = limits["noise"][metric]
-        assert rules[(metric, "quantization")].noise == pytest.approx(noise, rel=1e-3)
-        assert rules[(metric, "numerical")].abs == pytest.approx(noise, rel=1e-3)
-        approximate = next(r for r in contract.rules("approximate") if r.metric == metric and r.applies_to(calibration.CASE))
-        assert approximate.abs == pytest.approx(limits["spread"][metric], rel=1e-3)
-    assert rules[("class_accuracy", "numerical")].min == pytest.approx(limits["accuracy_floor"], abs=0.005)
+    if not CLASSES_RESULTS.is_file():  # once measured, the classes record sets the case's learned limits (its test)
+        for metric in calibration.LEARNED:
+            noise = limits["noise"][metric]
+            assert rules[(metric, "quantization")].noise == pytest.approx(noise, rel=1e-3)
+            assert rules[(metric, "numerical")].abs == pytest.approx(noise, rel=1e-3)
+            approximate = next(r for r in contract.rules("approximate")
+                               if r.metric == metric and r.applies_to(calibration.CASE))
+            assert approximate.abs == pytest.approx(limits["spread"][metric], rel=1e-3)
+        assert rules[("class_accuracy", "numerical")].min == pytest.approx(limits["accuracy_floor"], abs=0.005)
     general = {m: {"numerical": {("min" if m in ("psnr", "ssim", "cosine") else "max"): rules[(m, "numerical")].min
                                  if m in ("psnr", "ssim", "cosine") else rules[(m, "numerical")].max}}
                for m in calibration.PAIR}
@@ -43,7 +55,9 @@ def test_contract_holds_the_derived_limits(calibration) -> None:
         for dtype in ("fp32", "tf32", "bf16"):
             want, got = table["numerical"][key][dtype], rule.limit(key, dtype)
             assert got == pytest.approx(want, rel=2e-3), (name, dtype)
-        assert rules[(metric, "quantization")].limit(key, "int8") == pytest.approx(table["quantization"][key], rel=2e-3)
+        # quantization's limits are the loosest of bf16's and what an honest quantization needs (its test)
+        loosest = (min if key == "min" else max)(table["quantization"][key], quantization_structure()[metric])
+        assert rules[(metric, "quantization")].limit(key, "int8") == pytest.approx(loosest, rel=2e-3)
 
 
 def test_recorded_transitions_show_every_flip_and_the_harmful_changes_fail() -> None:

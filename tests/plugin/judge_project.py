@@ -228,20 +228,22 @@ class Project:
         return [dict(zip(header, line.split("\t")))["status"] for line in lines[1:]]
 
 
-def create(root: Path, *, timed: bool = False) -> Project:
-    """The project, committed, not yet baselined (``timed``: with the lane ``timed``, which the judge times)."""
+def create(root: Path, *, pyproject: str = PYPROJECT, contract: str = CONTRACT, gate: str = GATE,
+           timed: bool = False) -> Project:
+    """The project, committed, not yet baselined (another ``pyproject``, ``contract`` or ``gate`` text where a
+    test needs one; ``timed``: with the lane ``timed``, which the judge times)."""
     project = Project(root)
-    project.write("pyproject.toml", PYPROJECT.replace("[tool.pytest.ini_options]", TIMED_LANE.strip() +
-                                                      "\n\n[tool.pytest.ini_options]") if timed else PYPROJECT)
+    project.write("pyproject.toml", pyproject.replace("[tool.pytest.ini_options]", TIMED_LANE.strip() +
+                                                      "\n\n[tool.pytest.ini_options]") if timed else pyproject)
     if timed:
         project.write("tests/gates/lane_timing.py", LANE_TIMING)
     project.write(".gitignore", ".ditgate/\n__pycache__/\n")
-    project.write("fixtures/quality_contract.toml", CONTRACT)
+    project.write("fixtures/quality_contract.toml", contract)
     project.write("reference/__init__.py", "")
     project.write("reference/work.py", REFERENCE)
     project.write("candidate/__init__.py", "")
     project.candidate(repeat=24)
-    project.write("tests/gates/test_gate.py", GATE)
+    project.write("tests/gates/test_gate.py", gate)
     project.write("conftest.py", "")
     assert project.sh("git", "init", "-q").returncode == 0
     project.commit("project")

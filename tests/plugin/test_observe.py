@@ -67,6 +67,37 @@ def test_fp8_round_trip_and_integer_operand_are_found(evidence) -> None:
     assert any("mm with a int64 operand" in e for e in evidence.items), evidence.items
 
 
+@pytest.fixture
+def tf32_flags():
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_host_gemms_are_never_tf32(evidence, weight, tf32_flags) -> None:
+    """TF32 exists on NVIDIA GPUs only: a CPU's float32 GEMM is float32 whatever the switches say."""
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    x = torch.randn(8, 256)
+    observed(evidence, lambda: (torch.nn.functional.linear(x, weight),
+                                torch.nn.functional.conv2d(torch.randn(1, 3, 8, 8), torch.randn(4, 3, 3, 3))))
+    assert evidence.gemms >= 2 and evidence.tf32_gemms == 0
+
+
+@pytest.mark.requires_gpu(why="TF32 GEMMs")
+def test_float32_gemms_with_tf32_allowed_are_counted_on_a_gpu(evidence, tf32_flags) -> None:
+    x, w = torch.randn(64, 64, device="cuda"), torch.randn(64, 64, device="cuda")
+    images, filters = torch.randn(1, 3, 8, 8, device="cuda"), torch.randn(4, 3, 3, 3, device="cuda")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    observed(evidence, lambda: (x @ w, torch.nn.functional.conv2d(images, filters)))
+    assert evidence.tf32_gemms == 0
+    torch.backends.cuda.matmul.allow_tf32 = True
+    observed(evidence, lambda: (x @ w, x.bfloat16() @ w.bfloat16(), torch.nn.functional.conv2d(images, filters)))
+    assert evidence.tf32_gemms == 1  # the float32 matmul; bf16 is not TF32, the conv follows cuDNN's switch
+    torch.backends.cudnn.allow_tf32 = True
+    observed(evidence, lambda: torch.nn.functional.conv2d(images, filters))
+    assert evidence.tf32_gemms == 2
+
+
 @pytest.mark.parametrize("where", ["in a list argument", "written through out=", "as the output only"])
 def test_fp8_is_found_wherever_an_op_holds_it(evidence, where) -> None:
     """An fp8 tensor nested one list deep (``cat``), passed as the ``out=`` keyword, or only produced is seen:

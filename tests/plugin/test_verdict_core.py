@@ -132,6 +132,20 @@ def test_classification_is_checked_not_trusted() -> None:
         classify("magic")
 
 
+def test_what_a_sampling_executed_is_approximation_evidence() -> None:
+    """Beyond the usual settings, every key both sides state counts: what a gate suite recorded as executed
+    (timesteps, guided calls, blocks per call) against what the frozen case executes."""
+    frozen = {"num_steps": 8, "timesteps": [875, 750, 625], "guided_calls": 8, "blocks_per_call": 28}
+    assert approximation_evidence(dict(frozen), frozen) == []
+    cut = approximation_evidence({**frozen, "guided_calls": 4, "blocks_per_call": 14}, frozen)
+    assert cut == ["blocks_per_call 28 -> 14", "guided_calls 8 -> 4"]
+    long = approximation_evidence({**frozen, "timesteps": list(range(900, 0, -25))}, frozen)
+    assert long[0].startswith("timesteps [875, 750, 625] -> [900, 875,") and long[0].endswith("...")
+    assert len(long[0]) < 150
+    assert approximation_evidence({"seed": 1}, {"steps": 2}) == []  # a key one side lacks is no evidence
+    assert classify("numerical", approximation=cut).effective == "approximate"
+
+
 def test_remeasured_best_decides_over_the_recorded_ratio() -> None:
     from pytest_ditgate.verdict.objective import beats_best, combine
 

@@ -146,6 +146,7 @@ class ChildRecorder:
             self.modules = max(self.modules, scan_modules(evidence, full=True))
         data = {"observed": evidence is not None, "modules": self.modules,
                 "gemms": evidence.gemms if evidence else 0, "ops": evidence.ops if evidence else 0,
+                "tf32_gemms": evidence.tf32_gemms if evidence else 0,
                 "scan_s": round(evidence.scan_s, 3) if evidence else 0.0,
                 "evidence": list(evidence.items) if evidence else [], "declared": self.declared,
                 "candidate_config": self.config, "exitstatus": int(session.exitstatus),

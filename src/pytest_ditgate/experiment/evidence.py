@@ -180,12 +180,14 @@ def judge_outputs(root: Path, evidence: ChildEvidence, expected: list[str], expe
         shared = {k: candidate[k] for k in matched.shared}
         hit = replace(hit, tensors={k: t for k, t in hit.tensors.items() if k in shared})
         try:
-            passed, lines, metrics = _compare(shared, hit, experiment_class, contract, name,
-                                              _quality_inputs(hit.entry, shared, models))
+            passed, lines, metrics, structural = _compare(shared, hit, experiment_class, contract, name,
+                                                          {**_quality_inputs(hit.entry, shared, models),
+                                                           "compute_dtype": _tf32_dtype(evidence, shared, key)})
         except DitgateUsageError as exc:  # a golden or setup the contract cannot read (a candidate's bad tensors
             problems.append((Category.CRASH, f"output {label}: cannot be judged: {exc}"))  # are quality failures)
             continue
-        quality.append({"case": name, "key": key, "test": record.get("test"), "passed": passed, "metrics": metrics})
+        quality.append({"case": name, "key": key, "test": record.get("test"), "passed": passed, "metrics": metrics,
+                        **({"judged_on": structural} if structural else {})})
         if not passed:
             problems.append((Category.QUALITY, f"output {label} fails its golden under class {experiment_class}: "
                                                + "; ".join(lines[:3])))
@@ -228,15 +230,29 @@ def _quality_inputs(entry: Any, shared: dict[str, Any], models: Any) -> dict[str
     return {**for_tensors(frozen_record(entry.provenance), shared), "models": models}
 
 
+def _tf32_dtype(evidence: ChildEvidence, tensors: dict[str, Any], key: str) -> str | None:
+    """``tf32`` when the candidate's process ran float32 GEMMs on a GPU with TF32 allowed and these outputs,
+    checked under a GPU's key, are float32: they are judged at TF32's limits, by what executed (None: by the
+    outputs' own dtype; a CPU output never ran TF32)."""
+    import torch
+
+    ran = evidence.observed.get("tf32_gemms")
+    if not (isinstance(ran, int) and ran > 0) or _device_or_none(key) in (None, "cpu"):
+        return None
+    return "tf32" if all(t.dtype == torch.float32 for t in tensors.values()) else None
+
+
 def _compare(candidate: dict[str, Any], hit: Any, experiment_class: str, contract: Path,
-             case: str, inputs: dict[str, Any]) -> tuple[bool, list[str], dict[str, Any]]:
+             case: str, inputs: dict[str, Any]) -> tuple[bool, list[str], dict[str, Any], str | None]:
     """The child's quality judgement, made again here: the contract the child's session reads
-    (``Judge.contract``, the packaged default where the project has none)."""
+    (``Judge.contract``, the packaged default where the project has none). The last item says why no metric
+    judged the case (the contract's ``[structural]`` table), or None."""
     from pytest_ditgate.quality.evaluate import evaluate_quality
 
     result = evaluate_quality(candidate, hit.tensors, contract=contract, experiment_class=experiment_class, case=case,
                               tolerance_scale=hit.tolerance_scale, **inputs)
-    return bool(result.passed), list(result.failures) or [result.summary()], dict(result.metrics)
+    return (bool(result.passed), list(result.failures) or [result.summary()], dict(result.metrics),
+            result.structural)
 
 
 def required_ran(evidence: ChildEvidence, required: tuple[str, ...]) -> list[str]:

@@ -248,7 +248,8 @@ class Judge:
         started = time.perf_counter()
         with git.read_only_checkout(self.root, commit, folder) as best_root:
             comparisons, record = time_lane(self.root, best_root, self.root / str(self.lane.timing), self.child_env(),
-                                            folder, facts.arch, self.lane.min_improvement, facts.problems)
+                                            folder, facts.arch, self.lane.min_improvement, facts.problems,
+                                            experiment_class=facts.effective_class or self.declared)
         record["best_commit"] = git.short(commit)
         record["seconds"] = round(time.perf_counter() - started, 1)
         if any(c.get("device") == "cpu" for c in comparisons) and facts.min_improvement < HOST_GAIN_FLOOR:
@@ -408,7 +409,7 @@ class Judge:
         facts.outcomes = list(evidence.outcomes.values())
         facts.child = {"folder": str(out), "exit_code": returncode, "ran": sorted(evidence.ran),
                        "observed": {k: evidence.observed.get(k)
-                                    for k in ("modules", "gemms", "ops", "scan_s", "collected")},
+                                    for k in ("modules", "gemms", "tf32_gemms", "ops", "scan_s", "collected")},
                        "unparsable_lines": evidence.skipped_lines}
         if returncode not in (0, 1):
             facts.problems.append((Category.CRASH, f"the lane's pytest run exited with {returncode} "
@@ -507,10 +508,12 @@ class Judge:
         except OSError as exc:
             print(f"ditgate: could not write the ledger under {self.artefacts}: {exc}", file=sys.stderr)
             return EXIT_CODES["crash"]
-        return self.report(verdict)
+        return self.report(verdict, detail.get("quality"))
 
-    def report(self, verdict: Any) -> int:
+    def report(self, verdict: Any, quality: list[dict[str, Any]] | None = None) -> int:
         print("\n".join(verdict.lines()))
+        for note in sorted({q["judged_on"] for q in quality or () if q.get("judged_on")}):
+            print(f"note: {note}")
         print(f"verdict: {self.artefacts / VERDICT_FILE}")
         return verdict.exit_code
 

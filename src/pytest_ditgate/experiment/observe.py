@@ -4,7 +4,9 @@ Two views, both recorded to the output folder and judged by the judge:
 
 * :class:`DispatchObserver`, a ``TorchDispatchMode`` active while a test runs (paused while ``ditbench``
   times): every op touching an fp8/fp4/int4 tensor, every GEMM/conv with an integer operand, and GEMM/conv
-  weights whose values sit on a low-bit grid (int8 values stored in fp32, dequantized on the fly). It
+  weights whose values sit on a low-bit grid (int8 values stored in fp32, dequantized on the fly), and the
+  float32 GEMMs/convs that ran on a GPU while TF32 was allowed for them (``tf32_gemms``: the judge then holds
+  float32 outputs to TF32's limits, by what executed). It
   lets ``torch.compile`` run as compiled (``ignore_compile_internals``) and reads no values while a CUDA
   graph is being captured. A weight's values are sampled on the device when it is first seen and read
   after the test's call, all at once: the candidate's calls never wait on a device-to-host copy.
@@ -32,6 +34,7 @@ INT_LOW_BIT = ("int8", "uint8", "int4", "uint4", "qint", "quint")
 GEMM_OPS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "addmv", "mv", "_int_mm", "_scaled_mm",
                       "convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution",
                       "_weight_int8pack_mm", "_weight_int4pack_mm", "_weight_int4pack_mm_for_cpu"})
+CONV_OPS = frozenset({"convolution", "_convolution", "conv2d", "conv1d", "conv3d", "cudnn_convolution"})
 CHUNK = 32
 #: weights smaller than this are not judged by their values (filters such as an 11x11 gaussian window
 #: repeat values by design; quantized weights worth the name are larger)
@@ -107,6 +110,8 @@ class _Evidence:
         self.items: list[str] = []
         self.gemms = 0
         self.ops = 0
+        #: float32 GEMMs/convs on a GPU that ran with TF32 allowed (torch's matmul precision, cuDNN's switch)
+        self.tf32_gemms = 0
         #: id(tensor) -> (weak reference, data_ptr, version, shape, dtype) of every tensor already judged by
         #: value: a later scan re-judges only tensors that are new or were written since (cheap repeat scans)
         self.judged: dict[int, tuple[Any, ...]] = {}
@@ -177,6 +182,13 @@ def make_observer(evidence: _Evidence) -> Any:
             known = kinds[func] = (name, name in GEMM_OPS)
         return known
 
+    float32 = torch.float32
+    matmul_flags = torch.backends.cuda.matmul
+    cudnn_flags = torch.backends.cudnn
+
+    def tf32_allowed(name: str) -> bool:
+        return bool(cudnn_flags.allow_tf32) if name in CONV_OPS else bool(matmul_flags.allow_tf32)
+
     def tensors_in(value: Any, into: list[Any]) -> None:
         if isinstance(value, Tensor):
             into.append(value)
@@ -205,6 +217,8 @@ def make_observer(evidence: _Evidence) -> Any:
         for t in operands:
             if not t.is_floating_point() and t.dtype is not torch.bool:
                 evidence.add(f"{name} with a {_dtype(t)} operand")
+        if operands and operands[0].dtype is float32 and operands[0].is_cuda and tf32_allowed(name):
+            evidence.tf32_gemms += 1
         weight = operands[2] if name in ("addmm", "baddbmm") and len(operands) > 2 else (
             operands[1] if len(operands) > 1 else None)
         if weight is None or not weight.is_floating_point():

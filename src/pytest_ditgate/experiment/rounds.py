@@ -11,7 +11,10 @@ a random order, each timed from the judge's ``go`` to the server's ``done``. A c
 previous call's commitment arrived, so a server never holds the inputs of a call it has not reached. After the rounds, the judge audits
 ``audits`` of them, chosen at random only then: each server shows that round's outputs, which must match the
 commitments it sent (``commitment.py``) and, for the candidate and the best, the baseline's outputs for the
-same inputs within the region's ``audit_rel_l2``. A server whose thread count grew after its warm-up, whose
+same inputs within the region's ``audit_rel_l2`` (or the bound its ``audit_by_class`` gives the candidate's judged
+class). Where that bound is None (the class changes the outputs by design: fewer sampling steps), each of the
+candidate and the best is audited instead against a fresh, untimed process of its own tree that recomputes the
+audited rounds' calls from the same seeds. A server whose thread count grew after its warm-up, whose
 timers or synchronisation were replaced, or whose answers left the sequence is refused.
 
 The ratios come from the rounds by the paired bootstrap (``bench.stats``), with rounds added (up to the region's
@@ -31,7 +34,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from pytest_ditgate.verdict.objective import LANE_BEST_LABEL as BEST_LABEL
 from pytest_ditgate.verdict.outcome import Category
@@ -64,6 +67,7 @@ class Endpoint:
     seq: int = 0
     buffer: bytes = b""
     stopped: bool = False
+    closed: bool = False
     #: the answer to the last ``build`` (its device, or why it skipped)
     last_build: dict[str, Any] = field(default_factory=dict)
 
@@ -120,7 +124,10 @@ class Endpoint:
             self.stopped = False
 
     def close(self) -> None:
-        """Say goodbye, then make sure the whole process group is gone."""
+        """Say goodbye, then make sure the whole process group is gone (once: its pipes' numbers may be reused)."""
+        if self.closed:
+            return
+        self.closed = True
         try:
             self.cont()
             os.write(self.to_server, b'{"op":"bye"}\n')
@@ -173,6 +180,8 @@ class RegionTiming:
     calls: int = 0
     samples: dict[str, list[float]] = field(default_factory=dict)
     audited: list[int] = field(default_factory=list)
+    #: what the audited rounds were checked against (for the verdict's detail)
+    audit: str = ""
 
     def comparisons(self, arch: str) -> list[dict[str, Any]]:
         """The region's ratios, in the form the objective reads (``evidence.judge_timings``)."""
@@ -211,8 +220,12 @@ class LaneTimer:
     """Times every region of a lane on the two servers; problems go to ``problems`` with their category."""
 
     def __init__(self, candidate: Endpoint, comparator: Endpoint, specs: dict[str, Any], audit_dir: Path,
-                 problems: list[tuple[Category, str]], *, floor: float, rng: random.Random | None = None) -> None:
+                 problems: list[tuple[Category, str]], *, floor: float, rng: random.Random | None = None,
+                 experiment_class: str = "numerical", auditor: Callable[[str], Endpoint] | None = None) -> None:
         self.servers = {"candidate": candidate, "best": comparator, "baseline": comparator}
+        self.experiment_class = experiment_class
+        #: starts a fresh, untimed server of ``impl``'s tree (the self-audit of a class the baseline cannot vouch for)
+        self.auditor = auditor
         self.specs = specs
         self.audit_dir = audit_dir
         self.problems = problems
@@ -270,7 +283,7 @@ class LaneTimer:
         result.calls = spec.calls or max(1, math.ceil(spec.round_ms / max(max(warm.values()), 1e-3)))
         result.samples = {impl: [] for impl in ("candidate", "best", "baseline")}
         rounds, done = spec.rounds, 0
-        keys: list[tuple[int, int]] = []
+        keys: list[tuple[list[int], int]] = []
         while done < rounds:
             for _ in range(rounds - done):
                 keys.append(self._round(name, result))
@@ -282,7 +295,7 @@ class LaneTimer:
         result.audited = sorted(self.rng.sample(range(len(keys)), min(spec.audits, len(keys))))
         return result if not result.audited else self._audit(name, spec, result, keys)
 
-    def _round(self, name: str, result: RegionTiming) -> tuple[int, int]:
+    def _round(self, name: str, result: RegionTiming) -> tuple[list[int], int]:
         seeds = [self.rng.getrandbits(62) for _ in range(result.calls)]
         key = self.rng.getrandbits(63)
         order = ["candidate", "best", "baseline"]
@@ -305,15 +318,30 @@ class LaneTimer:
             # round): the judge picks the rounds it audits only after all of them ran
             path = self.audit_dir / f"{name}-{index:03d}-{impl}.safetensors"
             server.request(timeout=BUILD_TIMEOUT_S, op="dump", path=str(path), impl=impl)
-        return seeds[0], key
+        return seeds, key
 
     def _too_wide(self, result: RegionTiming) -> bool:
         ratio, low, high = quantile_ratio(result.samples["candidate"], result.samples["best"], resamples=500)
         return (high - low) / max(ratio, 1e-9) > 2 * max(self.floor, 0.02)
 
-    def _audit(self, name: str, spec: Any, result: RegionTiming, keys: list[tuple[int, int]]) -> RegionTiming:
+    def _audit(self, name: str, spec: Any, result: RegionTiming, keys: list[tuple[list[int], int]]) -> RegionTiming:
         """Each audited round: the dumped outputs match the commitments, and the candidate's and the best's
-        match the baseline's within the region's bound."""
+        match the baseline's within the region's bound for the judged class (or, where the class has none, a
+        fresh process's recomputation of the same calls)."""
+        from safetensors.torch import load_file
+
+        from pytest_ditgate.experiment.commitment import commit_call
+        from pytest_ditgate.quality.metrics import rel_l2
+
+        auditors: dict[str, Endpoint] = {}
+        try:
+            return self._audit_rounds(name, spec, result, keys, auditors)
+        finally:
+            for server in auditors.values():
+                server.close()
+
+    def _audit_rounds(self, name: str, spec: Any, result: RegionTiming, keys: list[tuple[list[int], int]],
+                      auditors: dict[str, Endpoint]) -> RegionTiming:
         from safetensors.torch import load_file
 
         from pytest_ditgate.experiment.commitment import commit_call
@@ -334,15 +362,52 @@ class LaneTimer:
                         raise Refusal(f"{name}: round {index}, call {call}: the {impl} server's outputs are not the "
                                       "ones it committed to when the round ended")
                 shown[impl] = calls
+            bound = spec.audit_bound(self.experiment_class)
             for impl in ("candidate", "best"):
-                for call, (mine, base) in enumerate(zip(shown[impl], shown["baseline"])):
+                if bound is None:
+                    reference, what, limit = self._recompute(name, impl, index, keys, result.calls, auditors), \
+                        "a fresh process of its own tree", spec.self_audit_rel_l2
+                else:
+                    reference, what, limit = shown["baseline"], "the baseline's", bound
+                for call, (mine, base) in enumerate(zip(shown[impl], reference)):
                     for got, want in zip(mine, base):
                         error = float(rel_l2(got.double(), want.double())) if got.shape == want.shape else math.inf
-                        if not math.isfinite(error) or error > spec.audit_rel_l2:
+                        if not math.isfinite(error) or error > limit:
                             raise Refusal(f"{name}: round {index}, call {call}: the {impl}'s timed output differs "
-                                          f"from the baseline's for the same inputs (rel-L2 {error:.3g}, bound "
-                                          f"{spec.audit_rel_l2}): what was timed is not what the tests judged")
+                                          f"from {what} for the same inputs (rel-L2 {error:.3g}, bound {limit}): "
+                                          "what was timed is not what the tests judged")
+        bound = spec.audit_bound(self.experiment_class)
+        result.audit = (f"against the baseline's outputs, rel-L2 <= {bound}" if bound is not None else
+                        f"against a fresh process of each tree, rel-L2 <= {spec.self_audit_rel_l2} (a "
+                        f"{self.experiment_class} candidate's outputs differ from the baseline's by design)")
         return result
+
+    def _recompute(self, name: str, impl: str, index: int, keys: list[tuple[list[int], int]], calls: int,
+                   auditors: dict[str, Endpoint]) -> list[list[Any]]:
+        """The audited round's calls run again, untimed, by a fresh server of ``impl``'s tree, from the same
+        seeds: what an honest timed process must have produced (one per tree and region, closed before the next
+        region is timed)."""
+        from safetensors.torch import load_file
+
+        if self.auditor is None:
+            raise Refusal(f"{name}: the {self.experiment_class} class has no baseline bound and no auditor")
+        if impl not in auditors:
+            auditors[impl] = self.auditor(impl)
+            built = auditors[impl].request(timeout=BUILD_TIMEOUT_S, op="build", region=name)
+            if built.get("skip") or "error" in built:
+                raise ServerFailed(f"the {impl} auditor could not build {name}: {built.get('skip') or built['error']}")
+        server = auditors[impl]
+        seeds, key = keys[index]
+        reply = server.request(op="go", region=name, impl=impl, seed=seeds[0], key=key, calls=calls)
+        for seed in seeds[1:]:
+            if "error" in reply:
+                break
+            reply = server.request(op="next", seed=seed)
+        if "error" in reply:
+            raise ServerFailed(f"the {impl} auditor failed: {reply['error']}")
+        path = self.audit_dir / f"{name}-{index:03d}-{impl}-auditor.safetensors"
+        server.request(timeout=BUILD_TIMEOUT_S, op="dump", path=str(path), impl=impl)
+        return _by_call(load_file(str(path)), calls)
 
 
 class Refusal(RuntimeError):
@@ -428,8 +493,10 @@ def load_specs(path: Path, root: Path) -> dict[str, Any]:
 
 
 def time_lane(candidate_root: Path, best_root: Path, timing: Path, env: dict[str, str], folder: Path, arch: str,
-              floor: float, problems: list[tuple[Category, str]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """Time the lane: (comparisons for the objective, a record of the timing for the verdict's detail)."""
+              floor: float, problems: list[tuple[Category, str]], *,
+              experiment_class: str = "numerical") -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Time the lane: (comparisons for the objective, a record of the timing for the verdict's detail); the
+    audits follow ``experiment_class``, the class the candidate is judged as."""
     record: dict[str, Any] = {"protocol": "judge's clock, fresh seeded inputs per round, keyed commitments, audits",
                               "regions": {}}
     try:
@@ -448,12 +515,20 @@ def time_lane(candidate_root: Path, best_root: Path, timing: Path, env: dict[str
                                   folder / "comparator.log")
         servers.append(comparator)
         audit_dir = Path(tempfile.mkdtemp(prefix="audit-", dir=folder))
-        timer = LaneTimer(candidate, comparator, specs, audit_dir, problems, floor=floor)
+
+        def auditor(impl: str) -> Endpoint:
+            root = candidate_root if impl == "candidate" else best_root
+            server = start_server(f"{impl} auditor", root, timing, [impl], env, folder / f"{impl}-auditor.log")
+            servers.append(server)  # closed by the timer after its region's audit; here too if that fails
+            return server
+
+        timer = LaneTimer(candidate, comparator, specs, audit_dir, problems, floor=floor,
+                          experiment_class=experiment_class, auditor=auditor)
         for name in specs:
             timing_result = timer.time_region(name)
             entry: dict[str, Any] = {"skipped": timing_result.skipped, "calls_per_round": timing_result.calls,
                                      "rounds": len(timing_result.samples.get("candidate", [])),
-                                     "audited_rounds": timing_result.audited,
+                                     "audited_rounds": timing_result.audited, "audit": timing_result.audit,
                                      "median_ms": {k: sorted(v)[len(v) // 2] for k, v in timing_result.samples.items()
                                                    if v}}
             record["regions"][name] = entry

@@ -21,7 +21,12 @@ A TOML file (``fixtures/quality_contract.toml`` by default)::
     [metrics."psnr@shapes"]  # a second psnr table, with other limits for other cases (mind that no
     cases = ["shapes-*"]     # case is judged by two tables of one metric)
     noise = 0.02           # measured seed-to-seed spread: the only regression quantization may show
+    [structural]           # cases whose outputs carry no meaning under a class's change (random weights
+    approximate = ["!shapes-*"]  # sample noise; fewer steps give other noise): judged on shapes and finiteness
 
+``[structural]`` names, per experiment class, the cases (patterns as ``cases``) where a candidate of that
+class is judged on its tensors' shapes, finiteness and image range only, with no metric: the result says
+so (``QualityResult.structural``), and what a metric cannot judge there (determinism) is the gate suite's.
 A metric takes part in a class only when it has a table for that class. Limits: ``min``/``max`` bound
 the value (pair metrics compare candidate with baseline, so the bound is on their distance);
 ``abs``/``rel`` bound the regression of a *score* metric from the baseline's value. ``quantization``
@@ -35,7 +40,7 @@ import fnmatch
 import math
 import re
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -70,7 +75,7 @@ def contract_path_for(root: Path, configured: str | None) -> Path:
     return default if default.exists() else packaged_contract_path()
 
 
-TOP_KEYS = ("contract", "images", "metrics")
+TOP_KEYS = ("contract", "images", "metrics", "structural")
 META_KEYS = ("version", "description")
 IMAGE_KEYS = ("range", "tile")
 METRIC_KEYS = ("direction", "required", "kinds", "cases", "noise", "min", "max", "note")
@@ -81,6 +86,15 @@ _LABEL = re.compile(r"^[A-Za-z0-9_-]+$")
 
 class ContractError(DitgateUsageError):
     """A malformed quality contract; the message names the file and the key."""
+
+
+def case_selected(patterns: tuple[str, ...], case: str) -> bool:
+    """Whether ``case`` matches a pattern (or there is none) and no ``!pattern`` excludes it."""
+    include = [p for p in patterns if not p.startswith("!")]
+    exclude = [p[1:] for p in patterns if p.startswith("!")]
+    if any(fnmatch.fnmatchcase(case, pattern) for pattern in exclude):
+        return False
+    return not include or any(fnmatch.fnmatchcase(case, pattern) for pattern in include)
 
 
 @dataclass(frozen=True)
@@ -106,11 +120,7 @@ class Rule:
     def applies_to(self, case: str) -> bool:
         """Whether this rule judges ``case``: it matches a pattern of ``cases`` (or there is none) and no
         ``!pattern`` excludes it."""
-        include = [p for p in self.cases if not p.startswith("!")]
-        exclude = [p[1:] for p in self.cases if p.startswith("!")]
-        if any(fnmatch.fnmatchcase(case, pattern) for pattern in exclude):
-            return False
-        return not include or any(fnmatch.fnmatchcase(case, pattern) for pattern in include)
+        return case_selected(self.cases, case)
 
     def limit(self, key: str, dtype_key: str | None) -> float | None:
         """The ``key`` limit (min, max, abs, rel) for ``dtype_key``; table limits fall back to ``default``."""
@@ -133,6 +143,16 @@ class QualityContract:
     rules_by_class: dict[str, tuple[Rule, ...]]
     image_range: tuple[float, float] = (0.0, 1.0)
     tile: int = 16
+    #: experiment class -> patterns of the cases judged on structure only under it (``[structural]``)
+    structural: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+
+    def structure_only(self, experiment_class: str, case: str) -> str | None:
+        """Why ``case`` is judged on shapes and finiteness only under ``experiment_class`` (None: by metrics)."""
+        patterns = self.structural.get(experiment_class)
+        if patterns is None or not case_selected(patterns, case):
+            return None
+        return (f"judged on shapes and finiteness only: {self.path} [structural] says the outputs of case {case!r} "
+                f"carry no meaning under class {experiment_class!r} (no metric judges them)")
 
     def rules(self, experiment_class: str) -> tuple[Rule, ...]:
         """The rules of ``experiment_class``; a class the contract has no rule for is an error, never
@@ -154,6 +174,7 @@ class QualityContract:
     def to_dict(self) -> dict[str, Any]:
         return {
             "path": self.path, "image_range": list(self.image_range), "tile": self.tile,
+            "structural": {name: list(patterns) for name, patterns in self.structural.items()},
             "classes": {name: {rule.metric: {k: getattr(rule, k) for k in ("required", "min", "max", "abs", "rel",
                                                                            "noise", "cases")}
                                for rule in rules} for name, rules in self.rules_by_class.items()},
@@ -241,8 +262,12 @@ def contract_from_dict(data: Mapping[str, Any], *, source: str = "<contract>") -
             rule_cases = _cases(sub["cases"], source, f"{here}.cases") if "cases" in sub else cases
             by_class[cls].append(Rule(name, cls, rule_required, kinds, source=f"{source}: {here}", cases=rule_cases,
                                       noise=noise, **limits))
+    structural = _table(data, "structural", source)
+    _unknown(structural, EXPERIMENT_CLASSES, source, "structural.", hint="keys are experiment classes")
     return QualityContract(path=source, rules_by_class={k: tuple(v) for k, v in by_class.items()},
-                           image_range=image_range, tile=tile)
+                           image_range=image_range, tile=tile,
+                           structural={cls: _cases(patterns, source, f"structural.{cls}")
+                                       for cls, patterns in structural.items()})
 
 
 def _table(data: Mapping[str, Any], key: str, source: str) -> dict[str, Any]:

@@ -25,6 +25,8 @@ if TYPE_CHECKING:
     import torch
 
 _defaults: PerceptualModels | None = None
+#: relative rounding a score's regression may show beyond its limit and still be within it
+ROUNDING = 1e-9
 
 
 def default_models() -> PerceptualModels:
@@ -73,6 +75,7 @@ class QualityResult:
     tolerance_scale: float = 1.0
     contract: str = ""
     perceptual: list[str] = field(default_factory=list)  # learned metrics that judged this case
+    structural: str | None = None  # why no metric judged this case (the contract's [structural] table)
 
     @property
     def transition(self) -> str:
@@ -89,7 +92,7 @@ class QualityResult:
                  f"tolerance x{self.tolerance_scale:g}, {self.transition}) against {self.contract}:"]
         lines += [f"  FAIL {text}" for text in self.failures]
         lines += [f"  image: {path}" for path in self.images]
-        lines += [f"  note: {text}" for text in self.notes]
+        lines += [f"  note: {text}" for text in self.notes + ([self.structural] if self.structural else [])]
         lines += [f"  skipped {name}: {why}" for name, why in self.skipped.items()]
         return "\n".join(lines)
 
@@ -155,6 +158,9 @@ def evaluate_quality(candidate: Mapping[str, "torch.Tensor"], baseline: Mapping[
     run = _CaseRun(result, contract, tolerance_scale, prompts, image_range or contract.image_range,
                    models or default_models(), labels)
     run.prepare(candidate, baseline, kinds)
+    result.structural = contract.structure_only(experiment_class, case)
+    if result.structural:  # shapes, finiteness and image range were judged by prepare(); no metric means anything
+        return result
     applicable = [rule for rule in rules if rule.applies_to(case)]
     if not applicable:  # judging with no rule would pass anything
         raise DitgateUsageError(f"quality contract {contract.path}: no rule of class {experiment_class!r} judges case "
@@ -351,17 +357,22 @@ class _CaseRun:
             out.append(Check(name, value, f"{key} {_fmt(bound)} {tag}{scaled}", ok, base, inherited, rule.source))
         if base is not None:
             regression = base - value if spec.direction == HIGHER else value - base
+            # a regression equal to its limit is within it, whatever the last bit of its subtraction says (an
+            # accuracy over ten images moves in steps of 0.1: 0.8 - 0.7 reads 0.10000000000000009)
+            slack = ROUNDING * max(1.0, abs(base))
             if rule.experiment_class == "quantization":  # zero regression, within the measured seed noise
                 allowed = rule.noise or 0.0
                 label = ("no regression (quantization: candidate must match or beat the baseline)" if not allowed
                          else f"no regression beyond seed noise {_fmt(allowed)} (quantization)")
-                out.append(Check(name, value, f"{label} {tag}", regression <= allowed, base, False, rule.source))
+                out.append(Check(name, value, f"{label} {tag}", regression <= allowed + slack, base, False,
+                                 rule.source))
                 return out
             abs_lim, rel_lim = rule.limit("abs", dtype), rule.limit("rel", dtype)
             if abs_lim is not None or rel_lim is not None:
                 allowed = ((abs_lim or 0.0) + (rel_lim or 0.0) * abs(base)) * self.scale
                 label = f"regression <= {_fmt(allowed)} (abs {abs_lim}, rel {rel_lim})"
-                out.append(Check(name, value, f"{label} {tag}", regression <= allowed, base, False, rule.source))
+                out.append(Check(name, value, f"{label} {tag}", regression <= allowed + slack, base, False,
+                                 rule.source))
         return out
 
     def _loosen(self, ideal: float | None, bound: float) -> float:

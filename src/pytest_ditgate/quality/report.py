@@ -34,7 +34,13 @@ def table_lines(records: list[dict[str, Any]]) -> list[str]:
         lines.append(f"  {record['transition']:<{width}} {record['nodeid']} [{record['case']}] "
                      f"{record['experiment_class']}/{record['dtype']} {verdict}: {first}")
         lines += [f"      image: {path}" for path in record.get("images", [])[:3]]
-    return lines + skipped_lines(records)
+    return lines + skipped_lines(records) + structural_lines(records)
+
+
+def structural_lines(records: list[dict[str, Any]]) -> list[str]:
+    """Each case no metric judged (the contract's ``[structural]`` table), once: what it was judged on."""
+    seen = sorted({(record["case"], record["structural"]) for record in records if record.get("structural")})
+    return [f"{case}: {why}" for case, why in seen]
 
 
 def skipped_lines(records: list[dict[str, Any]]) -> list[str]:

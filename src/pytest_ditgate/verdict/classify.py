@@ -1,8 +1,9 @@
 """Experiment classification is checked, not trusted.
 
 A candidate whose modules or weights hold low-bit dtypes or known quantization classes is judged as
-``quantization`` whatever it claims; one that changes the sampling settings of the frozen corpus (step
-count, scheduler, guidance) is at least ``approximate``. A stricter claim than the evidence is kept.
+``quantization`` whatever it claims; one whose sampling differs from the frozen corpus in any setting both
+sides state (step count, scheduler, guidance; and what a gate suite recorded as executed: timesteps, guided
+calls, blocks per call, ...) is at least ``approximate``. A stricter claim than the evidence is kept.
 """
 
 from __future__ import annotations
@@ -66,9 +67,16 @@ def quantization_evidence(modules: Iterable[Any] = (), state_dicts: Iterable[Map
 
 
 def approximation_evidence(used: Mapping[str, Any], frozen: Mapping[str, Any]) -> list[str]:
-    """Sampling settings the candidate used that differ from the frozen corpus."""
-    return [f"{key} {frozen[key]!r} -> {used[key]!r}" for key in SAMPLING_KEYS
-            if key in used and key in frozen and used[key] != frozen[key]]
+    """Sampling settings the candidate used (or executed) that differ from the frozen corpus's: every key both
+    mappings hold, the usual ones (``SAMPLING_KEYS``) first."""
+    keys = [k for k in SAMPLING_KEYS if k in used] + sorted(k for k in used if k not in SAMPLING_KEYS)
+    return [f"{key} {_short(frozen[key])} -> {_short(used[key])}" for key in keys
+            if key in frozen and used[key] != frozen[key]]
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def classify(declared: str, *, quantization: Iterable[str] = (), approximation: Iterable[str] = ()) -> Classification:
