@@ -251,6 +251,8 @@ def main(argv: list[str] | None = None) -> int:
 
     on_gpu = torch.cuda.is_available()
     started = time.time()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or None  # the tree copied now (a commit made meanwhile is not it)
     base = Path(tempfile.mkdtemp(prefix="ditgate-attacks-"))
     error = None
     with (base / "attacks.log").open("w") as log:
@@ -263,8 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     record = {"targets": targets, "baseline_exit": baseline, "error": error,
               "seconds": round(time.time() - started, 1), "device": "gpu" if on_gpu else "cpu",
               "gpu": torch.cuda.get_device_name(0) if on_gpu else None, "torch": torch.__version__,
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip() or None}
+              "commit": commit}
     if ns.json:
         Path(ns.json).write_text(scrub(json.dumps(record, indent=1), base) + "\n")
         Path(ns.json).with_suffix(".log").write_text(scrub((base / "attacks.log").read_text(errors="replace"), base))

@@ -227,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
     chosen = [c for c in candidates(ns.honest_fraction, ns.harmful_steps)
               if (on_gpu or not c.gpu_only) and (ns.only is None or ns.only in c.name)]
     started = time.time()
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                            text=True).stdout.strip() or None  # the tree copied now (a commit made meanwhile is not it)
     base = Path(tempfile.mkdtemp(prefix="ditgate-classes-"))
     error = None
     with (base / "classes.log").open("w") as log:
@@ -238,8 +240,7 @@ def main(argv: list[str] | None = None) -> int:
               "fp8_gemms": fp8, "honest_fraction": ns.honest_fraction, "harmful_steps": ns.harmful_steps,
               "torch": torch.__version__,
               "gpu": torch.cuda.get_device_name(0) if on_gpu else None,
-              "commit": subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                                       text=True).stdout.strip() or None}
+              "commit": commit}
     if ns.json:
         Path(ns.json).write_text(scrub(json.dumps(record, indent=1), base) + "\n")
         Path(ns.json).with_suffix(".log").write_text(scrub((base / "classes.log").read_text(errors="replace"), base))

@@ -38,8 +38,8 @@ def test_quality(golden, quality_gate, ditgate_candidate):
     golden.check("case0", {"act": candidate(data())}, compare=compare)
 
 
-def test_speed(ditbench):
-    ditbench.pair(candidate, reference, data(), min_speedup=None)
+def test_speed(ditbench):  # an approximate candidate computes another output by design: no agreement check
+    ditbench.pair(candidate, reference, data(), min_speedup=None, verify=False)
 """
 
 #: another output altogether (the 'noise' of another sampler): no metric means anything on case0
