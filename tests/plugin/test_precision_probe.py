@@ -180,7 +180,7 @@ def test_honest_kernels_pass_and_the_rest_is_reported(run) -> None:
                "test_probe_off", "test_out_of_scope", "test_inconclusive")
     assert not set(passing) & set(failures), out[-3000:]
     assert f"{len(DOWNGRADES)} failed, {len(passing)} passed" in out
-    assert "HONEST precision probe responds (trial 2, seed 1): out: responds (unchanged on" in out
+    assert "HONEST precision probe responds (trial 2, seed 1; 2 extra calls): out: responds (unchanged on" in out
     assert "an output of int64 (an index, a count or a mask) is exact" in out
     assert "piecewise constant: the reference's output did not move at all" in out
     assert "no floating input to move" in out

@@ -39,7 +39,9 @@ def within_cells(tensor: Any, bits: int) -> Any:
 
 
 def _moved(real: Any, bits: int) -> Any:
-    """``real`` (contiguous, real floating) with its elements moved; a new tensor."""
+    """``real`` (contiguous, real floating) with its elements moved; a new tensor. The arithmetic runs on the
+    magnitudes' bit patterns in the dtype's own integer width (a magnitude plus half a cell stays below the
+    sign bit)."""
     import torch
 
     own = MANTISSA_BITS[dtype_name(real.dtype)]
@@ -48,18 +50,15 @@ def _moved(real: Any, bits: int) -> Any:
     width = real.element_size() * 8
     view = {16: torch.int16, 32: torch.int32, 64: torch.int64}[width]
     half = 1 << (own - bits - 1)  # half a cell, in units of the dtype's own spacing
-    pattern = real.view(view).to(torch.int64)
-    negative = pattern < 0
+    pattern = real.view(view)
     magnitude = pattern & ((1 << (width - 1)) - 1)
     centre = (magnitude + half) & ~(2 * half - 1)
     offset = magnitude - centre  # in [-half, half): the side of the centre it lies on, and how far
-    move = (half - offset.abs()) * TOWARDS_EDGE_TENTHS // 10
-    move = torch.where(offset > 0, move, -move)
-    finite = torch.isfinite(real) & (centre < _infinity_pattern(real.dtype))
-    move = torch.where(finite & (offset != 0), move, torch.zeros_like(move))
-    magnitude = magnitude + move
-    signed = torch.where(negative, magnitude - (1 << (width - 1)), magnitude)
-    return signed.to(view).view(real.dtype).reshape(real.shape)
+    move = (half - offset.abs()).mul_(TOWARDS_EDGE_TENTHS).div_(10, rounding_mode="floor")
+    move = move.where(offset > 0, -move)
+    # NaN, infinity and a centre that rounds to infinity stay; so does a value on the grid (offset 0)
+    move.masked_fill_((centre >= _infinity_pattern(real.dtype)) | (offset == 0), 0)
+    return (pattern + move).view(real.dtype)
 
 
 def _infinity_pattern(dtype: Any) -> int:

@@ -78,6 +78,7 @@ class Probe:
             return report
         moved = perturb.moved_call(pristine, bits_of)
         watch = None if compiled else switches.watch()
+        report.extra_calls += 2
         after = call_candidate(*_copies(moved), watch)
         if watch is not None:
             for name, count in watch.ops.items():
@@ -154,6 +155,7 @@ class Probe:
                                         "(determinism unchecked, or two calls differed)")
             suspects = []
         if suspects:
+            self.report.extra_calls += 1
             forced = call_candidate(*_copies(pristine), switches.forced_off())
             changed = [(name, _changed(b, f)) for (name, b), (_, f) in zip(before, forced)]
             moved = [(name, count, total) for name, (count, total) in changed if count]

@@ -242,7 +242,8 @@ class PrecisionReport:
     ``out_of_scope`` (nothing to probe: no floating input to move, or no output a move can show in), ``off``
     (``check_precision=False``) or ``not run`` (the check stopped before its probed trial). ``cells``: how
     each input was moved; ``switches``: the device libraries' reduced-precision switches during the
-    candidate's calls and their effect.
+    candidate's calls and their effect; ``extra_calls``: the calls the probe added to the check (the candidate
+    and the reference on the moved inputs, and the candidate with every switch off where one was measured).
     """
 
     status: str = "not run"
@@ -253,12 +254,14 @@ class PrecisionReport:
     outputs: list[OutputSensitivity] = field(default_factory=list)
     switches: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    extra_calls: int = 0
 
     def summary(self) -> str:
         """One line: the status and each output's verdict (with its reason where it is not ``responds``)."""
         if self.status in ("off", "not run"):
             return f"precision probe {self.status}" + "".join(f" ({note})" for note in self.notes)
-        where = f" (trial {self.trial + 1}, seed {self.seed})" if self.trial is not None else ""
+        where = (f" (trial {self.trial + 1}, seed {self.seed}; {self.extra_calls} extra calls)"
+                 if self.trial is not None else "")
         parts = [output.line() for output in self.outputs] + self.notes
         return f"precision probe {self.status}{where}: " + "; ".join(parts)
 

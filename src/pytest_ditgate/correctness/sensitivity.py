@@ -87,30 +87,34 @@ def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *
     sums = dict(p=0.0, cr=0.0, rr=0.0, cc=0.0, c=0.0, r=0.0)
     largest = 0.0
     for _, (c0, c1, r0, r1) in compare.chunks(*parts, device=parts[2].device):
-        stayed = c0 == c1  # in the output's own dtype: exactly the same value
-        c0, c1, r0, r1 = (t.double() for t in (c0, c1, r0, r1))
-        finite = torch.isfinite(c0) & torch.isfinite(c1) & torch.isfinite(r0) & torch.isfinite(r1)
-        dr = (r1 - r0).masked_fill_(~finite, 0.0)
-        size = torch.maximum(torch.maximum(c0.abs(), r0.abs()), r1.abs()).nan_to_num_(nan=0.0, posinf=0.0)
-        q = compare.spacing(size, real_dtype).mul_(factor)
-        moves = dr.abs().div_(q)
+        r0, r1 = r0.double(), r1.double()
+        dr = r1 - r0
+        finite = torch.isfinite(dr)  # both finite (the candidate's output is finite where they are)
+        if not bool(finite.all()):
+            dr.masked_fill_(~finite, 0.0)
+        size = torch.maximum(r0.abs(), r1.abs()).masked_fill_(~finite, 0.0)
+        size = torch.maximum(size, c0.abs().double().nan_to_num_(nan=0.0, posinf=0.0))
+        moves = dr.abs().div_(compare.spacing(size, real_dtype).mul_(factor))
         largest = max(largest, float(moves.max()))
-        counts["moved"] += int((dr != 0).sum())
-        counts_here = moves >= MIN_MOVE
-        if not bool(counts_here.any()):
+        counts["moved"] += int(torch.count_nonzero(dr))
+        counted = moves >= MIN_MOVE
+        n_here = int(counted.sum())
+        if not n_here:
             continue
-        stay = (1.0 / (moves - 1.0)).clamp_(max=1.0)
-        noise = (r0.abs() + mean).mul_(ERROR_SAFETY * scaled_error)
-        sure = (dr.abs() - q) > 2 * noise
-        stay = torch.where(sure, torch.full_like(stay, SURE), stay)
-        dc = (c1 - c0)[counts_here]
-        dr = dr[counts_here]
-        counts["n"] += int(counts_here.sum())
-        counts["unchanged"] += int((stayed & counts_here).sum())
-        sums["p"] += float(stay[counts_here].sum())
-        sums["cr"] += float((dc * dr).sum())
-        sums["rr"] += float((dr * dr).sum())
-        sums["cc"] += float((dc * dc).sum())
+        if n_here < counted.numel():  # only the counted elements from here on
+            moves, dr, r0 = moves[counted], dr[counted], r0[counted]
+            c0, c1 = c0[counted], c1[counted]
+        stay = (moves - 1.0).reciprocal_().clamp_(max=1.0)
+        # where the reference moves past twice the candidate's largest error (and a spacing), it cannot stay
+        noise = r0.abs().add_(mean).mul_(2 * ERROR_SAFETY * scaled_error)
+        stay.masked_fill_(dr.abs().sub_(dr.abs().div_(moves)) > noise, SURE)
+        dc = c1.double() - c0.double()
+        counts["n"] += n_here
+        counts["unchanged"] += int((c0 == c1).sum())
+        sums["p"] += float(stay.sum())
+        sums["cr"] += float(dc.dot(dr))
+        sums["rr"] += float(dr.dot(dr))
+        sums["cc"] += float(dc.dot(dc))
         sums["c"] += float(dc.sum())
         sums["r"] += float(dr.sum())
     n, unchanged = counts["n"], counts["unchanged"]
