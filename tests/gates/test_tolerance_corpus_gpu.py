@@ -127,58 +127,14 @@ def test_tf32_tensor_cores_pass_only_where_declared() -> None:
     assert failure.value.reason == "precision_downgrade"
 
 
-#: switch -> (the corpus dtype it acts on, the library op kind, the compute_dtype that declares it)
-SWITCHES = {
-    "torch.backends.cuda.matmul.allow_tf32": ("float32", "gemm", "tf32"),
-    "torch.backends.cudnn.allow_tf32": ("float32", "conv", "tf32"),
-    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": ("float16", "gemm", "float16"),
-    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": ("bfloat16", "gemm", "bfloat16"),
-}
-
-
-def _set(switch: str, value: bool) -> bool:
-    """Set a ``torch.backends`` switch by its dotted name; returns its value before."""
-    import operator
-
-    import torch
-
-    owner, attribute = switch.removeprefix("torch.").rsplit(".", 1)
-    holder = operator.attrgetter(owner)(torch)
-    before = getattr(holder, attribute)
-    setattr(holder, attribute, value)
-    return before
-
-
-def under(switch: str, kernel):
-    """``kernel`` with ``switch`` on around its call (restored after): a candidate that runs under it."""
-    def candidate(*args):
-        before = _set(switch, True)
-        try:
-            return kernel(*args)
-        finally:
-            _set(switch, before)
-    return candidate
-
-
 def _switch_cases() -> list:
-    return _mine([(op, dtype, switch) for op in corpus.OPS for switch, (dtype, kind, _) in SWITCHES.items()
+    return _mine([(op, dtype, switch) for op in corpus.OPS for switch, (dtype, kind, _) in corpus.SWITCHES.items()
                   if op.library == kind and dtype in op.gpu_dtypes])
 
 
 def _switch_id(case) -> str:
     op, dtype, switch = case
     return f"{op.name} {dtype} {switch.rsplit('.', 1)[-1]}"
-
-
-def changes_the_result(switch: str, op, make, seeds: int = 2) -> bool:
-    """Whether the op's output on the first seeds differs, bit for bit, with the switch on."""
-    import torch
-
-    for seed in range(seeds):
-        args = make(seed)
-        if not torch.equal(under(switch, op.reference)(*args), op.reference(*args)):
-            return True
-    return False
 
 
 @pytest.mark.parametrize("case", _switch_cases(), ids=_switch_id)
@@ -190,18 +146,18 @@ def test_each_switch_fails_where_it_changes_the_result_and_passes_declared(case)
     op, dtype, switch = case
     make = op.make_inputs(dtype, "cuda", gpu=True)
     options = dict(trials=corpus.SEEDS, **corpus.HONEST_OPTIONS, **corpus._scales(op))
-    changes = changes_the_result(switch, op, make)
+    changes = corpus.changes_the_result(switch, op, make)
     print(f"\n{_switch_id(case)}: the switch changes the result: {changes}")
     if changes:
         with pytest.raises(GateFailure) as failure:
-            check_kernel(under(switch, op.reference), op.reference, make, label=_switch_id(case), **options)
+            check_kernel(corpus.under(switch, op.reference), op.reference, make, label=_switch_id(case), **options)
         assert failure.value.reason == "precision_downgrade", failure.value.message
         print(failure.value.message.splitlines()[0])
     else:
-        report = check_kernel(under(switch, op.reference), op.reference, make, **options)
+        report = check_kernel(corpus.under(switch, op.reference), op.reference, make, **options)
         print(report.precision.summary())
-    declared = SWITCHES[switch][2]
-    report = check_kernel(under(switch, op.reference), op.reference, make, compute_dtype=declared, **options)
+    declared = corpus.SWITCHES[switch][2]
+    report = check_kernel(corpus.under(switch, op.reference), op.reference, make, compute_dtype=declared, **options)
     assert report.precision.status in ("responds", "inconclusive", "out_of_scope"), report.precision.summary()
     assert check_kernel(op.reference, op.reference, make, **options).precision.status != "precision_downgrade"
 
@@ -213,15 +169,15 @@ def test_torchs_default_switches_fail_an_undeclared_fp32_convolution() -> None:
 
     op = next(op for op in corpus.OPS if op.name == "conv2d")
     make = op.make_inputs("float32", "cuda", gpu=True)
-    before = _set("torch.backends.cudnn.allow_tf32", True)  # torch's default (the autouse fixture turned it off)
+    before = corpus.set_switch("torch.backends.cudnn.allow_tf32", True)  # torch's default (the fixture turned it off)
     try:
-        assert changes_the_result("torch.backends.cudnn.allow_tf32", op, make)
+        assert corpus.changes_the_result("torch.backends.cudnn.allow_tf32", op, make)
         with pytest.raises(GateFailure) as failure:
             check_kernel(op.reference, op.reference, make, trials=2, label="conv2d with torch's defaults")
         assert failure.value.reason == "precision_downgrade", failure.value.message
         assert check_kernel(op.reference, op.reference, make, trials=2, compute_dtype="tf32").passed
     finally:
-        _set("torch.backends.cudnn.allow_tf32", before)
+        corpus.set_switch("torch.backends.cudnn.allow_tf32", before)
 
 
 if _shard()[0] != 0:  # shard 0 runs them; the other shards do not collect them (a skip would read as unsupported)

@@ -478,6 +478,53 @@ def test_tf32_math_passes_only_where_declared() -> None:
     assert failure.value.reason == "precision_downgrade"
 
 
+# -- torch's reduced-precision switches (measured on CUDA: tests/gates/test_tolerance_corpus_gpu.py and
+#    benchmarks/precision_probe_switches.py; on a CPU they change nothing) ----------------------------------
+
+#: switch -> (the corpus dtype it acts on, the library op kind, the compute_dtype that declares it)
+SWITCHES = {
+    "torch.backends.cuda.matmul.allow_tf32": ("float32", "gemm", "tf32"),
+    "torch.backends.cudnn.allow_tf32": ("float32", "conv", "tf32"),
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": ("float16", "gemm", "float16"),
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": ("bfloat16", "gemm", "bfloat16"),
+}
+
+
+def set_switch(switch: str, value: bool) -> bool:
+    """Set a ``torch.backends`` switch by its dotted name; returns its value before."""
+    import operator
+
+    import torch
+
+    owner, attribute = switch.removeprefix("torch.").rsplit(".", 1)
+    holder = operator.attrgetter(owner)(torch)
+    before = getattr(holder, attribute)
+    setattr(holder, attribute, value)
+    return before
+
+
+def under(switch: str, kernel):
+    """``kernel`` with ``switch`` on around its call (restored after): a candidate that runs under it."""
+    def candidate(*args):
+        before = set_switch(switch, True)
+        try:
+            return kernel(*args)
+        finally:
+            set_switch(switch, before)
+    return candidate
+
+
+def changes_the_result(switch: str, op, make, seeds: int = 2) -> bool:
+    """Whether the op's output on the first seeds differs, bit for bit, with the switch on."""
+    import torch
+
+    for seed in range(seeds):
+        args = make(seed)
+        if not torch.equal(under(switch, op.reference)(*args), op.reference(*args)):
+            return True
+    return False
+
+
 # -- measured table (python tests/plugin/test_tolerance_corpus.py) -------------------------------------
 
 def derived_comparison(kernel: Callable[..., Any], reference: Callable[..., Any], inputs: tuple) -> Any:
