@@ -2,7 +2,7 @@
 
 The probe runs the candidate and the float64 reference once more per check (on the last trial, or on a trial
 that failed its bound). This script times ``check_kernel`` on every case of the tolerance corpus
-(``tests/plugin/test_tolerance_corpus.py``: 34 ops, fp32/fp16/bf16 at its CPU sizes; the candidate is the
+(``tests/plugin/test_tolerance_corpus.py``: 31 ops, 66 cases in fp32/fp16/bf16 at its CPU sizes; the candidate is the
 op's own torch kernel) with ``check_precision=True`` and ``False``, interleaved, in three settings:
 
 - ``default``: ``check_kernel``'s defaults (5 trials, 3 extremal trials, determinism, poisoning);

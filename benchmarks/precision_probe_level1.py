@@ -349,7 +349,8 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
                         if row["category"] in EVERY and r["verdict"] == "passed" and row["problem"] not in
                         ("argmax", "argmin")]
         summary["downgrades"][name] = {
-            "caught": len(caught), "as_precision_downgrade": sum(r["verdict"] == "precision_downgrade" for _, r in results),
+            "caught": len(caught),
+            "as_precision_downgrade": sum(r["verdict"] == "precision_downgrade" for _, r in results),
             "as_mismatch": sum(r["verdict"] == "mismatch" for _, r in results),
             "missed": [row["problem"] for row, r in results if r["verdict"] == "passed"],
             "missed_gemm_conv_reduction": missed_every}
@@ -381,7 +382,8 @@ def table(summary: dict[str, Any]) -> str:
                      f"{', '.join(d['missed']) or '-'} |")
     lines += ["", "| honest candidate | runs | rejected |", "|---|---|---|"]
     for name, h in summary["honest"].items():
-        lines.append(f"| {name} | {h['runs']} | {len(h['rejected'])}{': ' + ', '.join(h['rejected']) if h['rejected'] else ''} |")
+        rejected = f"{len(h['rejected'])}" + (": " + ", ".join(h["rejected"]) if h["rejected"] else "")
+        lines.append(f"| {name} | {h['runs']} | {rejected} |")
     return "\n".join(lines)
 
 

@@ -181,7 +181,8 @@ def test_torchs_default_switches_fail_an_undeclared_fp32_convolution() -> None:
 
 
 if _shard()[0] != 0:  # shard 0 runs them; the other shards do not collect them (a skip would read as unsupported)
-    del test_tf32_tensor_cores_pass_only_where_declared, test_torchs_default_switches_fail_an_undeclared_fp32_convolution
+    del test_tf32_tensor_cores_pass_only_where_declared
+    del test_torchs_default_switches_fail_an_undeclared_fp32_convolution
 
 
 LOW_PRECISION_SCANS = _mine([(op, dtype) for op in corpus.OPS for dtype in op.cuda_low_precision])
