@@ -24,7 +24,6 @@ writes ``precision_probe_cost_<arch>.json`` (with provenance) and exits 1 when a
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -136,10 +135,7 @@ def main(argv: list[str] | None = None) -> int:
               "threads": torch.get_num_threads(), "repeats": args.repeats, "timer": TIMER, "targets": TARGETS,
               "summary": summary, "cases": rows, "missed": missed, "environment": harness.environment()}
     text = table(summary)
-    if args.out is not None:
-        arch = record["environment"]["device"]["arch"]
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"precision_probe_cost_{arch}.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    harness.write_record(args.out, "precision_probe_cost", record)
     print(text)
     if missed:
         print(f"target missed: {', '.join(missed)}")

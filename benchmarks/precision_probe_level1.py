@@ -31,7 +31,6 @@ writes ``precision_probe_level1_<arch>.json`` (with provenance) and exits 1 when
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -410,10 +409,7 @@ def main(argv: list[str] | None = None) -> int:
                           "honest_rejections": 0},
               "summary": summary, "missed": missed, "blind_spots": spots, "problems": rows,
               "environment": harness.environment()}
-    if args.out is not None:
-        arch = record["environment"]["device"]["arch"]
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"precision_probe_level1_{arch}.json").write_text(json.dumps(record, indent=2, default=str) + "\n")
+    harness.write_record(args.out, "precision_probe_level1", record)
     print(table(summary))
     for spot in spots:
         print(f"blind spot: {spot['case']}: {spot['verdict']} (probe {spot['probe']})")

@@ -23,7 +23,6 @@ around each whole ``check_kernel`` call, the device synchronised before and afte
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -153,11 +152,7 @@ def main(argv: list[str] | None = None) -> int:
               "sizes": "gpu" if gpu_sizes else "cpu", "trials": args.trials, "threads": torch.get_num_threads(),
               "timer": TIMER, "summary": summary, "cases": rows, "missed": missed,
               "environment": harness.environment()}
-    if args.out is not None:
-        arch = record["environment"]["device"]["arch"]
-        args.out.mkdir(parents=True, exist_ok=True)
-        (args.out / f"precision_probe_switches_{arch}.json").write_text(
-            json.dumps(record, indent=2, default=str) + "\n")
+    harness.write_record(args.out, "precision_probe_switches", record)
     print(table(summary))
     if missed:
         print(f"not as expected: {', '.join(missed)}")

@@ -77,7 +77,8 @@ class Probe:
             self._judge_switches(pristine, before, call_candidate, deterministic, compiled)
             return report
         moved = perturb.moved_call(pristine, bits_of)
-        watch = None if compiled else switches.watch()
+        on_device = any(switches.library_device(t) for _, t in named)
+        watch = switches.watch() if on_device and not compiled else None  # the switches act on device ops only
         report.extra_calls += 2
         after = call_candidate(*_copies(moved), watch)
         if watch is not None:
