@@ -347,3 +347,22 @@ def test_figures_are_finite_or_absent() -> None:
     verdict = sensitivity.judge("out", ref.float(), ref.float(), ref, ref * (1 + 1e-3), scaled_error=1e-3)
     assert verdict.status == "precision_downgrade" and verdict.gain == 0
     assert all(v is None or math.isfinite(v) for v in (verdict.honest_stay, verdict.false_alarm, verdict.gain))
+
+
+def test_a_compiled_candidate_is_forced_off_without_a_dispatch_mode(as_if_on_a_gpu, monkeypatch) -> None:
+    """A compiled candidate gets the switches set off around its call, no dispatch mode (which would run it
+    eagerly): its effect is measured all the same."""
+    from pytest_ditgate.correctness import poison
+
+    monkeypatch.setattr(poison, "looks_compiled", lambda candidate: candidate is _reduces_in_bf16)
+    matmul = torch.backends.cuda.matmul
+    saved = matmul.allow_bf16_reduced_precision_reduction
+    matmul.allow_bf16_reduced_precision_reduction = True
+    try:
+        with pytest.raises(GateFailure) as failure:
+            check_kernel(_reduces_in_bf16, lambda a, b: a @ b, _bf16_pair(32, 256), trials=1, input_scales=())
+    finally:
+        matmul.allow_bf16_reduced_precision_reduction = saved
+    assert failure.value.reason == "precision_downgrade" and "allow_bf16_reduced_precision_reduction off" in \
+        failure.value.message
+    assert not isinstance(switches.forced_off(dispatch=False), torch.utils._python_dispatch.TorchDispatchMode)

@@ -157,7 +157,7 @@ class Probe:
             suspects = []
         if suspects:
             self.report.extra_calls += 1
-            forced = call_candidate(*_copies(pristine), switches.forced_off())
+            forced = call_candidate(*_copies(pristine), switches.forced_off(dispatch=not compiled))
             changed = [(name, _changed(b, f)) for (name, b), (_, f) in zip(before, forced)]
             moved = [(name, count, total) for name, (count, total) in changed if count]
             effect = ("changes " + ", ".join(f"{name} on {count} of {total} elements" for name, count, total in moved)

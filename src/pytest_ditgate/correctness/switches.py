@@ -173,8 +173,13 @@ def watch() -> Any:
     return _watch_class()()
 
 
-def forced_off() -> Any:
-    """A new :class:`ForcedOff` dispatch mode."""
+def forced_off(dispatch: bool = True) -> Any:
+    """A new :class:`ForcedOff` dispatch mode; with ``dispatch=False`` (a compiled candidate, which a dispatch mode
+    would run eagerly) only the switches set off around the call."""
+    if not dispatch:
+        from pytest_ditgate.correctness import honest
+
+        return honest.candidate_precision(tf32=False, reduced_precision_reduction=False)
     return _forced_class()()
 
 
