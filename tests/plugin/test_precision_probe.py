@@ -319,6 +319,8 @@ def test_a_reduction_in_bf16_under_the_switch_fails_unless_declared(as_if_on_a_g
     finally:
         matmul.allow_bf16_reduced_precision_reduction = saved
     assert failure.value.reason == "precision_downgrade"
+    precision = failure.value.report.precision  # its outputs respond to the moves: the switch is what fails it
+    assert precision.status == "precision_downgrade" and precision.outputs[0].status == "responds"
     message = failure.value.message
     assert "out changes on" in message and "with cuda.matmul.allow_bf16_reduced_precision_reduction off" in message
     assert "declared by compute_dtype='bfloat16'" in " ".join(declared.precision.switches)

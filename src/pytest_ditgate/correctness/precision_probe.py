@@ -65,6 +65,7 @@ class Probe:
             report.status = "inconclusive"
             report.notes.append("reference_dtype='same': the reference runs at the inputs' precision, so no "
                                 "exact response to compare with")
+            self._judge_switches(pristine, before, call_candidate, deterministic, compiled)
             return report
         named = named_call_tensors(*pristine)
         fixed = [key_name(key) for key in self.roles.out + self.roles.scratch]
@@ -86,9 +87,10 @@ class Probe:
                 self.switches.records[name].ops += count
         ref_after = call_reference(moved)
         report.outputs = self._judge_outputs(before, after, ref_before, ref_after, errors, reference_dtype)
-        self._judge_switches(pristine, before, call_candidate, deterministic, compiled)
         report.status = _status([o.status for o in report.outputs])
-        if report.status == "precision_downgrade" and self._failure is None:
+        downgraded = report.status == "precision_downgrade"
+        self._judge_switches(pristine, before, call_candidate, deterministic, compiled)  # may fail it too
+        if downgraded:  # the moved inputs' verdict leads; the switches' lines are in its details
             self._failure = self._downgrade_failure(cells)
         return report
 
