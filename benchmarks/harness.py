@@ -1,6 +1,6 @@
 """What every benchmark script shares: the repository on ``sys.path``, logging, guarded steps, the
-device's provenance and measured GEMM peak, and the benchmarks' only door into the package's non-public
-modules (:data:`INTERNAL`).
+device's provenance and measured GEMM peak, a result record written under its arch, and the benchmarks' only
+door into the package's non-public modules (:data:`INTERNAL`).
 
 Importing this module puts the repository root (for ``kernels``/``dit_impl``) and ``src`` (for an
 uninstalled ``pytest_ditgate``) first on ``sys.path``: the scripts run as ``python benchmarks/<name>.py``.
@@ -116,6 +116,19 @@ def environment() -> dict[str, Any]:
     real_device, environment_record = internal("real_device"), internal("environment_record")
 
     return environment_record(real_device())
+
+
+def write_record(out: Any, name: str, record: dict[str, Any]) -> Any:
+    """``record`` written as ``<out>/<name>_<arch>.json`` (the arch from its ``environment`` record), the folder
+    made where missing; returns the path, or None without an ``out`` folder."""
+    import json
+
+    if out is None:
+        return None
+    path = Path(out) / f"{name}_{record['environment']['device']['arch']}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2, default=str) + "\n")
+    return path
 
 
 def end_to_end_ms(fn: Callable[[], Any], total_ms: float = 20.0) -> float:

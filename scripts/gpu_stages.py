@@ -52,6 +52,8 @@ BENCH_ARGS = {
     "kernels": ["--dtypes", "bf16,fp32", "--budget-s", "60"],
     "dit": ["--reps", "30", "--configs", DIT_CONFIGS],
     "memory": [],
+    "switches": [],
+    "probe_cost": ["--device", "cuda", "--repeats", "3"],
 }
 #: functions whose reads and lookups make no result depend on what they read: hashing the fixed paths against
 #: their lock (which every CPU run, CI's too, verifies as well), noting package versions as provenance, and
@@ -314,6 +316,28 @@ def memory_targets(data: dict) -> list[dict]:
     return out
 
 
+def switches_targets(data: dict) -> list[dict]:
+    """Torch's reduced-precision switches on the corpus's GEMMs and convolutions: each caught wherever it changes
+    the result, passing where declared, and no false alarm with it off."""
+    out = []
+    for switch, s in data["summary"].items():
+        name = switch.removeprefix("torch.backends.")
+        out.append(_target(f"{name}: caught where it changes the result ({s['changes_result']} of {s['cases']})",
+                           s["caught_where_it_changes"], f"== {s['changes_result']}",
+                           s["caught_where_it_changes"] == s["changes_result"]))
+        out.append(_target(f"{name}: declared passes", s["declared_passed"], f"== {s['cases']}",
+                           s["declared_passed"] == s["cases"]))
+        out.append(_target(f"{name}: false alarms with it off", s["false_alarms_switch_off"], "== 0",
+                           s["false_alarms_switch_off"] == 0))
+    return out
+
+
+def probe_cost_targets(data: dict) -> list[dict]:
+    """check_kernel's cost with the precision probe against without it, on the corpus."""
+    return [_target(f"{setting}: cost with the probe", round(s["ratio"], 3), f"<= {s['target']}",
+                    s["ratio"] <= s["target"]) for setting, s in data["summary"].items() if s.get("target")]
+
+
 def _target(name: str, value: Any, limit: str, passed: bool) -> dict[str, Any]:
     return {"name": name, "value": value, "limit": limit, "pass": bool(passed)}
 
@@ -386,6 +410,11 @@ STAGES = [
           150, _source(dit_targets, _target), per_device=True),
     Stage("memory", "whole", ("benchmarks/kernel_check_memory.py",), "benchmarks/kernel_check_memory.py", 300,
           _source(memory_targets, _target), per_device=True),
+    Stage("switches", "whole", ("benchmarks/precision_probe_switches.py",), "benchmarks/precision_probe_switches.py",
+          300, _source(switches_targets, _target), per_device=True),
+    Stage("probe_cost", "whole", ("benchmarks/precision_probe_cost.py",),
+          "benchmarks/precision_probe_cost.py " + " ".join(BENCH_ARGS["probe_cost"]), 300,
+          _source(probe_cost_targets, _target), per_device=True),
     Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_loop)),
     Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
           _source(stage_attacks)),
@@ -407,6 +436,8 @@ def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded
         "kernels": ("kernels_bench.py", f"kernels_bench_{arch}.json", kernels_targets),
         "dit": ("dit_bench.py", f"dit_bench_{arch}.json", dit_targets),
         "memory": ("kernel_check_memory.py", f"kernel_check_memory_{arch}.json", memory_targets),
+        "switches": ("precision_probe_switches.py", f"precision_probe_switches_{arch}.json", switches_targets),
+        "probe_cost": ("precision_probe_cost.py", f"precision_probe_cost_{arch}.json", probe_cost_targets),
     }
     if stage.name in bench:
         script, result_name, convert = bench[stage.name]

@@ -12,7 +12,8 @@ of them):
   ``rated`` range are keyed by (:data:`PEAK_KEYS`; :data:`PEAK_KEY_OF` maps a name, and
   :data:`PEAK_KEY_OF_PROFILER` the name torch's profiler gives an op's input, to its key).
 * its **precision rank**: :data:`PRECISION` orders the floating names from most to least precise
-  (:func:`least_precise`).
+  (:func:`least_precise`); :data:`MANTISSA_BITS` gives each floating name (and the ``tf32`` math mode) its
+  explicit mantissa bits, the resolution a kernel reading at that precision has.
 """
 
 from __future__ import annotations
@@ -26,6 +27,11 @@ ALIASES = {"half": "float16", "float": "float32", "double": "float64", "bf16": "
 
 #: floating names from the most to the least precise
 PRECISION = ("float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+#: explicit mantissa bits of each floating name and of the ``tf32`` math mode (what a kernel reading its inputs
+#: at that precision resolves: values closer together than its rounding grid read the same)
+MANTISSA_BITS = {"float64": 52, "complex128": 52, "float32": 23, "complex64": 23, "tf32": 10, "float16": 10,
+                 "bfloat16": 7, "float8_e4m3fn": 3, "float8_e4m3fnuz": 3, "float8_e5m2": 2, "float8_e5m2fnuz": 2}
 
 #: name -> contract key, most precise first
 CONTRACT_KEY_OF = {"float64": "fp64", "float32": "fp32", "float16": "fp16", "bfloat16": "bf16",

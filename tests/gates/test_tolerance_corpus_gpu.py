@@ -1,7 +1,11 @@
 """The tolerance corpus on CUDA: the same ops, honest and wrong variants as the CPU corpus
 (``tests/plugin/test_tolerance_corpus.py``) at its sizes, then cuBLAS/cuDNN/SDPA, float64-then-cast,
 non-contiguous and (fp32) ``torch.compile`` variants at heavier sizes. TF32 and fp16/bf16 reduced-precision
-GEMM reductions are off except in the test that declares ``compute_dtype="tf32"``.
+GEMM reductions are off except in the tests of those switches: each switch, turned on by the candidate around
+its call, fails ``precision_downgrade`` on every GEMM and convolution of the corpus where it changes the result
+(unless ``compute_dtype`` declares it), and torch's default switches (cuDNN's TF32 on) fail an fp32 convolution
+that does not declare TF32. The precision probe runs in every check; the downgrade variants (bf16-, fp16-rounded
+inputs, TF32 math emulated) fail as ``precision_downgrade`` here too.
 Run with ``pytest --ditgate tests/gates/test_tolerance_corpus_gpu.py -v -rs``. ``DITGATE_CORPUS_SHARD=i/n``
 keeps every n-th case from the i-th (0-based) of each test, and the unparametrized test in shard 0 only (not
 collected elsewhere), so that n processes share the work
@@ -91,9 +95,10 @@ def test_honest_library_and_compiled_kernels_pass_ten_seeds_at_gpu_sizes(case) -
     check = functools.partial(corpus.check_kernel, trials=corpus.SEEDS, **corpus.HONEST_OPTIONS)
     for name, kernel in variants.items():
         unit_scale = ({"input_scales": ()} if dtype in op.extremal_unsafe and name in corpus.LOW_PRECISION_MATH
-                      else {})  # low-precision math that under- or overflows at the extremal scales, as on the CPU
+                      else corpus._scales(op))  # low-precision math that under- or overflows there, as on the CPU
         report = check(kernel, op.reference, make, label=f"{op.name} {dtype} {name} (GPU sizes)", **unit_scale)
         print(f"\n{report.summary()}")
+        assert report.precision.status in ("responds", "out_of_scope", "inconclusive"), report.precision.summary()
 
 
 @pytest.mark.parametrize("case", _gpu_cases(), ids=corpus._id)
@@ -119,11 +124,65 @@ def test_tf32_tensor_cores_pass_only_where_declared() -> None:
     assert check_kernel(tf32_matmul, op.reference, make, trials=corpus.SEEDS, compute_dtype="tf32").passed
     with pytest.raises(GateFailure) as failure:
         check_kernel(tf32_matmul, op.reference, make, trials=corpus.SEEDS)
-    assert failure.value.reason == "mismatch"
+    assert failure.value.reason == "precision_downgrade"
 
 
-if _shard()[0] != 0:  # shard 0 runs it; the other shards do not collect it (a skip would read as unsupported)
+def _switch_cases() -> list:
+    return _mine([(op, dtype, switch) for op in corpus.OPS for switch, (dtype, kind, _) in corpus.SWITCHES.items()
+                  if op.library == kind and dtype in op.gpu_dtypes])
+
+
+def _switch_id(case) -> str:
+    op, dtype, switch = case
+    return f"{op.name} {dtype} {switch.rsplit('.', 1)[-1]}"
+
+
+@pytest.mark.parametrize("case", _switch_cases(), ids=_switch_id)
+def test_each_switch_fails_where_it_changes_the_result_and_passes_declared(case) -> None:
+    """At the GPU sizes: the op under the switch fails ``precision_downgrade`` where the switch changes its
+    output (no effect: it passes, and the report says so); declared, it passes; the op without it passes."""
+    from pytest_ditgate import GateFailure, check_kernel
+
+    op, dtype, switch = case
+    make = op.make_inputs(dtype, "cuda", gpu=True)
+    options = dict(trials=corpus.SEEDS, **corpus.HONEST_OPTIONS, **corpus._scales(op))
+    changes = corpus.changes_the_result(switch, op, make)
+    print(f"\n{_switch_id(case)}: the switch changes the result: {changes}")
+    if changes:
+        with pytest.raises(GateFailure) as failure:
+            check_kernel(corpus.under(switch, op.reference), op.reference, make, label=_switch_id(case), **options)
+        assert failure.value.reason == "precision_downgrade", failure.value.message
+        print(failure.value.message.splitlines()[0])
+    else:
+        report = check_kernel(corpus.under(switch, op.reference), op.reference, make, **options)
+        print(report.precision.summary())
+    declared = corpus.SWITCHES[switch][2]
+    report = check_kernel(corpus.under(switch, op.reference), op.reference, make, compute_dtype=declared, **options)
+    assert report.precision.status in ("responds", "inconclusive", "out_of_scope"), report.precision.summary()
+    assert check_kernel(op.reference, op.reference, make, **options).precision.status != "precision_downgrade"
+
+
+@pytest.mark.requires_gpu(tf32=True, why="cuDNN's TF32 convolutions")
+def test_torchs_default_switches_fail_an_undeclared_fp32_convolution() -> None:
+    """cuDNN's TF32 is on by default: an fp32 convolution run with torch's defaults fails unless declared."""
+    from pytest_ditgate import GateFailure, check_kernel
+
+    op = next(op for op in corpus.OPS if op.name == "conv2d")
+    make = op.make_inputs("float32", "cuda", gpu=True)
+    before = corpus.set_switch("torch.backends.cudnn.allow_tf32", True)  # torch's default (the fixture turned it off)
+    try:
+        assert corpus.changes_the_result("torch.backends.cudnn.allow_tf32", op, make)
+        with pytest.raises(GateFailure) as failure:
+            check_kernel(op.reference, op.reference, make, trials=2, label="conv2d with torch's defaults")
+        assert failure.value.reason == "precision_downgrade", failure.value.message
+        assert check_kernel(op.reference, op.reference, make, trials=2, compute_dtype="tf32").passed
+    finally:
+        corpus.set_switch("torch.backends.cudnn.allow_tf32", before)
+
+
+if _shard()[0] != 0:  # shard 0 runs them; the other shards do not collect them (a skip would read as unsupported)
     del test_tf32_tensor_cores_pass_only_where_declared
+    del test_torchs_default_switches_fail_an_undeclared_fp32_convolution
 
 
 LOW_PRECISION_SCANS = _mine([(op, dtype) for op in corpus.OPS for dtype in op.cuda_low_precision])

@@ -396,7 +396,8 @@ def test_the_candidate_cannot_inflate_the_estimate_through_global_math_flags() -
     try:
         check_kernel(cheat, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=1, input_scales=())
         assert matmul.allow_tf32 is True  # restored to what the candidate left
-        assert seen == [True, False, True]  # float64 run, same-precision run (TF32 off), |inputs| run
+        # float64 run, same-precision run (TF32 off), |inputs| run, the precision probe's float64 run
+        assert seen == [True, False, True, True]
         seen.clear()
         check_kernel(cheat, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=1, compute_dtype="tf32")
         assert seen[1] is True
@@ -436,13 +437,15 @@ def test_the_estimate_runs_only_where_the_table_fails() -> None:
         return a @ b
 
     check_kernel(lambda a, b: a @ b, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=3)
-    # the first trial's three runs, one for each later trial and for each of the three extremal trials
-    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 5
+    # the first trial's three runs, one for each later trial, the precision probe's (on the last trial) and one
+    # for each of the three extremal trials
+    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 6
     calls.clear()
     with pytest.raises(GateFailure):
         check_kernel(lambda a, b: (a @ b) * 1.01, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=3)
-    # float64, same precision, |inputs| (float32); the conditioning's four runs (only for an output that still fails)
-    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 4
+    # float64, same precision, |inputs| (float32); the conditioning's four runs (only for an output that still
+    # fails); the precision probe's run on the failing trial
+    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 4 + [torch.float64]
 
 
 def test_the_same_precision_run_works_with_torchs_newer_precision_settings() -> None:

@@ -331,10 +331,10 @@ EXAMPLE = re.compile(r"<!-- example: a test file -->\n```python\n(?P<code>.*?)``
 
 def test_the_kernel_check_docs_examples_run(pytester: pytest.Pytester) -> None:
     examples = [m.group("code") for m in EXAMPLE.finditer(DOCS.read_text(encoding="utf-8"))]
-    assert len(examples) == 3  # forward + backward, in-place and scratch, extremal trials
+    assert len(examples) == 4  # precision downgrades, forward + backward, in-place and scratch, extremal trials
     pytester.makepyfile(**{f"test_doc{i}": code for i, code in enumerate(examples)})
     result = pytester.runpytest(*RUN)
-    result.assert_outcomes(passed=4)
+    result.assert_outcomes(passed=5)
 
 
 def test_a_reference_computing_in_float32_during_the_float64_run_is_named() -> None:

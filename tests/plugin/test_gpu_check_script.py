@@ -52,9 +52,11 @@ def test_every_test_file_is_a_unit_of_exactly_one_test_stage(gpu_check, gpu_inpu
     assert set(tests) == every and all(len(s) == 1 for s in tests.values()), {u: s for u, s in tests.items() if len(s) != 1}
     assert owners["tests/gates/test_tolerance_corpus_gpu.py"] == ["corpus"]
     assert owners["tests/plugin/test_report.py"] == ["plugin"] and owners["tests/dit_fast/test_fast_gpu.py"] == ["suites"]
-    assert {s.name for s in gpu_check.STAGES if s.kind == "whole"} == {"fidelity", "kernels", "dit", "memory", "loop", "attacks",
-                                                                     "classes"}
-    assert {s.name for s in gpu_check.STAGES if s.per_device} == {"fidelity", "kernels", "dit", "memory"}
+    assert {s.name for s in gpu_check.STAGES if s.kind == "whole"} == {"fidelity", "kernels", "dit", "memory",
+                                                                        "switches", "probe_cost", "loop", "attacks",
+                                                                        "classes"}
+    assert {s.name for s in gpu_check.STAGES if s.per_device} == {"fidelity", "kernels", "dit", "memory", "switches",
+                                                                  "probe_cost"}
 
 
 @pytest.fixture(scope="module")

@@ -1,9 +1,11 @@
 """The tolerance corpus: honest kernels of many reductions pass ``check_kernel``'s defaults, wrong ones fail.
 
-Every op runs on zero-mean inputs in fp32, fp16 and bf16 (tf32 where declared). Honest variants (torch's own
-kernel, another summation order, blocked sums, float64-then-cast, non-contiguous inputs) must pass 10 seeds;
-wrong variants (scaled by 0.1 % or 2 %, bf16 inputs inside an fp32 kernel, one element wrong, half
-written) must fail. The same corpus runs on CUDA in ``tests/gates/test_tolerance_corpus_gpu.py``.
+Every op runs on zero-mean inputs (positive ones for the positive sums, means, matrix-vector products and
+scans) in fp32, fp16 and bf16 (tf32 where declared). Honest variants (torch's own kernel, another summation
+order, blocked, split-K and pairwise sums, float64-then-cast, non-contiguous inputs) must pass 10 seeds;
+wrong variants (scaled by 0.1 % or 2 %, one element wrong, half written) must fail, and the precision
+downgrades inside an fp32 kernel (inputs rounded to bf16 or fp16, TF32 math) must fail as
+``precision_downgrade``. The same corpus runs on CUDA in ``tests/gates/test_tolerance_corpus_gpu.py``.
 ``python tests/plugin/test_tolerance_corpus.py`` prints the measured table of docs/kernel_check.md.
 """
 
@@ -65,6 +67,26 @@ def sequential_matmul(a: Any, b: Any) -> Any:
     return _back(np.add.accumulate(products, axis=-1)[..., -1], a)
 
 
+def split_k_matmul(a: Any, b: Any, splits: int = 4) -> Any:
+    """``a @ b`` as a split-K kernel: ``splits`` float32 GEMMs over slices of K, their partials added in order."""
+    size = -(-a.shape[-1] // splits)
+    parts = [a[..., k:k + size].float() @ b[..., k:k + size, :].float() for k in range(0, a.shape[-1], size)]
+    out = parts[0]
+    for part in parts[1:]:
+        out = out + part
+    return out.to(a.dtype)
+
+
+def pairwise_sum(x: Any) -> Any:
+    """Sums over the last dim by a pairwise tree in float32 (halves added until one element is left)."""
+    work = x.float()
+    while work.shape[-1] > 1:
+        if work.shape[-1] % 2:
+            work = torch.cat([work, torch.zeros_like(work[..., :1])], -1)
+        work = work[..., 0::2] + work[..., 1::2]
+    return work[..., 0].to(x.dtype)
+
+
 def tiled_matmul(a: Any, b: Any, tile: int = 256) -> Any:
     """``a @ b`` as a tiled kernel: float32 partial products per K tile, added to the accumulator in order."""
     acc = torch.zeros(a.shape[:-1] + b.shape[-1:], dtype=torch.float32, device=a.device)
@@ -89,7 +111,9 @@ class Op:
     shapes: tuple[tuple[int, ...], ...]
     orders: dict[str, Callable[..., Any]] = field(default_factory=dict)  # honest variants in another order
     dtypes: tuple[str, ...] = DTYPES
-    inputs: str = "normal"  # "normal" (zero mean) or "near_one" (1 + N(0, 0.01^2): cumprod stays finite)
+    #: "normal" (zero mean), "positive" (|N(0, 1)|: sums whose terms do not cancel) or "near_one"
+    #: (1 + N(0, 0.01^2): cumprod stays finite)
+    inputs: str = "normal"
     gpu_shapes: tuple[tuple[int, ...], ...] | None = None  # heavier sizes on CUDA
     gpu_dtypes: tuple[str, ...] = DTYPES  # the CPU budget leaves some dtypes to the GPU corpus
     #: False where no output check can see bf16 input rounding: a scalar of positive terms averages it away
@@ -102,6 +126,11 @@ class Op:
     #: input scales (fp16 RMSNorm: squares of 1e-3-scale inputs are fp16 subnormals): its unit-scale trials
     #: pass, and ``test_low_precision_math_fails_the_extremal_trials`` shows the extremal trials reject it
     extremal_unsafe: tuple[str, ...] = ()
+    #: check_kernel's ``input_scales`` where the op's valid range is narrower than the default's
+    input_scales: tuple[Any, ...] | None = None
+    #: the device library op it runs on CUDA ("gemm": cuBLAS, "conv": cuDNN), on which torch's reduced-precision
+    #: switches act (tests/gates/test_tolerance_corpus_gpu.py measures each switch there)
+    library: str | None = None
 
     def make_inputs(self, dtype: str, device: str = "cpu", *, gpu: bool = False) -> Callable[[int], tuple]:
         """Inputs per seed: the corpus sizes from ``make_tensor`` (the same values on every device), or with
@@ -119,7 +148,8 @@ class Op:
             out = []
             for i, shape in enumerate(shapes):
                 t = draw(shape, seed * 101 + i)
-                out.append((1 + t / 100 if self.inputs == "near_one" else t).to(getattr(torch, dtype)))
+                t = 1 + t / 100 if self.inputs == "near_one" else t.abs() if self.inputs == "positive" else t
+                out.append(t.to(getattr(torch, dtype)))
             return tuple(out)
         return make_inputs
 
@@ -146,23 +176,44 @@ def _matmul(a, b):
     return a @ b
 
 
+def _losses(kind):
+    """A per-row loss of predictions against targets (``reduction="none"``, then the mean of each row): one
+    element per row, so the precision probe has elements to judge."""
+    def loss(prediction, target):
+        if kind == "cross entropy":
+            return F.cross_entropy(prediction, torch.softmax(target, -1), reduction="none")
+        if kind == "kl divergence":
+            return F.kl_div(torch.log_softmax(prediction, -1), torch.log_softmax(target, -1), reduction="none",
+                            log_target=True).sum(-1)
+        if kind == "cosine":
+            return 1 - F.cosine_similarity(prediction, target, dim=-1)
+        per = {"mse": lambda p, t: F.mse_loss(p, t, reduction="none"),
+               "huber": lambda p, t: F.huber_loss(p, t, reduction="none"),
+               "hinge": lambda p, t: torch.clamp(1 - p * torch.sign(t), min=0)}[kind]
+        return per(prediction, target).mean(-1)
+    loss.__name__ = f"{kind.replace(' ', '_')}_per_row"
+    return loss
+
+
 OPS: tuple[Op, ...] = (
     Op("gemm K=4096", _matmul, ((16, 4096), (4096, 16)),
-       {"sequential": sequential_matmul, "tiled": tiled_matmul}, gpu_shapes=((1024, 4096), (4096, 1024))),
+       {"sequential": sequential_matmul, "tiled": tiled_matmul, "split-K": split_k_matmul},
+       gpu_shapes=((1024, 4096), (4096, 1024)), library="gemm"),
     Op("gemm K=131072", _matmul, ((2, 131072), (131072, 2)),
        {"sequential": sequential_matmul, "tiled": lambda a, b: tiled_matmul(a, b, 8192)}, dtypes=("float32",),
        gpu_dtypes=("float32", "bfloat16"),
-       gpu_shapes=((64, 131072), (131072, 64))),
+       gpu_shapes=((64, 131072), (131072, 64)), library="gemm"),
     Op("linear K=1152", lambda x, w, b: F.linear(x, w, b), ((8, 1152), (96, 1152), (96,)),
        {"tiled": lambda x, w, b: (tiled_matmul(x, w.t(), 128).float() + b.float()).to(x.dtype)},
-       gpu_shapes=((4096, 1152), (1152, 1152), (1152,))),
+       gpu_shapes=((4096, 1152), (1152, 1152), (1152,)), library="gemm"),
     Op("batched gemm", torch.bmm, ((4, 16, 512), (4, 512, 16)),
-       {"sequential": sequential_matmul, "tiled": tiled_matmul}, gpu_shapes=((64, 256, 1024), (64, 1024, 256))),
+       {"sequential": sequential_matmul, "tiled": tiled_matmul}, gpu_shapes=((64, 256, 1024), (64, 1024, 256)),
+       library="gemm"),
     Op("matrix-vector", torch.mv, ((64, 8192), (8192,)),
        {"sequential": lambda a, x: sequential_matmul(a, x[:, None])[:, 0]},
-       gpu_shapes=((8192, 8192), (8192,))),
-    Op("sum over 1M", lambda x: x.sum(), ((1 << 20,),), {"two-level": two_level_sum}, dtypes=("float32", "bfloat16"),
-       gpu_shapes=((1 << 23,),)),
+       gpu_shapes=((8192, 8192), (8192,)), library="gemm"),
+    Op("sum over 1M", lambda x: x.sum(), ((1 << 20,),), {"two-level": two_level_sum, "pairwise": pairwise_sum},
+       dtypes=("float32", "bfloat16"), gpu_shapes=((1 << 23,),)),
     Op("row sums of 65536", lambda x: x.sum(-1), ((4, 65536),), {"sequential": sequential_sum}),
     Op("mean", lambda x: x.mean(-1), ((16, 4096),),
        {"sequential": lambda x: (sequential_sum(x.float()) / x.shape[-1]).to(x.dtype)}),
@@ -194,13 +245,35 @@ OPS: tuple[Op, ...] = (
         "fp32 math": lambda x: torch.cumprod(x.float(), -1).to(x.dtype)}, inputs="near_one",
        cuda_low_precision=("float16", "bfloat16")),
     Op("conv1d", lambda x, w: F.conv1d(x, w, padding=4), ((1, 32, 256), (32, 32, 9)),
-       gpu_shapes=((16, 256, 4096), (256, 256, 9))),
+       gpu_shapes=((16, 256, 4096), (256, 256, 9)), library="conv"),
     Op("conv2d", lambda x, w: F.conv2d(x, w, padding=1), ((1, 16, 16, 16), (16, 16, 3, 3)),
        {"im2col": lambda x, w: tiled_matmul(
            w.reshape(w.shape[0], -1)[None], F.unfold(x, 3, padding=1), 32).reshape(x.shape[0], w.shape[0], *x.shape[2:])},
-       gpu_shapes=((8, 256, 64, 64), (256, 256, 3, 3))),
+       gpu_shapes=((8, 256, 64, 64), (256, 256, 3, 3)), library="conv"),
     Op("attention", _sdpa, ((1, 2, 128, 64),) * 3, {"explicit": _attention_explicit},
        gpu_shapes=((8, 16, 1024, 64),) * 3),
+    # positive inputs: no cancellation, so reading them as bf16 moves the output by a fraction of its rounding
+    # error budget and the bound alone lets it pass (the precision probe is what fails it)
+    Op("row sums of positives", lambda x: x.sum(-1), ((64, 4096),),
+       {"sequential": sequential_sum, "pairwise": pairwise_sum}, inputs="positive", dtypes=("float32", "bfloat16"),
+       gpu_shapes=((1024, 65536),)),
+    Op("row means of positives", lambda x: x.mean(-1), ((64, 4096),),
+       {"pairwise": lambda x: (pairwise_sum(x.float()) / x.shape[-1]).to(x.dtype)}, inputs="positive",
+       dtypes=("float32", "bfloat16")),
+    Op("matrix-vector of positives", torch.mv, ((256, 4096), (4096,)),
+       {"sequential": lambda a, x: sequential_matmul(a, x[:, None])[:, 0],
+        "split-K": lambda a, x: split_k_matmul(a, x[:, None])[:, 0]},
+       inputs="positive", dtypes=("float32", "bfloat16"), gpu_shapes=((8192, 8192), (8192,)), library="gemm"),
+    Op("cumsum of positives", lambda x: torch.cumsum(x, -1), ((4, 4096),),
+       {"sequential": lambda x: sequential_scan(x, np.add)}, inputs="positive", dtypes=("float32", "bfloat16"),
+       cuda_low_precision=("bfloat16",)),
+    Op("row max", lambda x: x.amax(-1), ((64, 512),), dtypes=("float32", "bfloat16")),
+    *(Op(f"{kind} loss per row", _losses(kind), ((64, 1024), (64, 1024)), dtypes=("float32",))
+      for kind in ("mse", "cross entropy", "huber", "cosine", "hinge")),
+    # at inputs x 1e-3 both distributions are nearly uniform and the divergence (about 1e-6) is the difference
+    # of O(1) terms: torch's own fp32 kernel errs by 23 % there, the formula's conditioning, not the kernel's
+    Op("kl divergence loss per row", _losses("kl divergence"), ((64, 1024), (64, 1024)), dtypes=("float32",),
+       input_scales=(1e3,)),
 )
 
 
@@ -250,6 +323,30 @@ def bf16_inputs(reference: Callable[..., Any]) -> Callable[..., Any]:
     return lambda *args: reference(*(a.to(torch.bfloat16).to(a.dtype) for a in args))
 
 
+def _tf32(t: Any) -> Any:
+    """``t`` rounded to TF32 (10 explicit mantissa bits), as tensor cores read fp32 operands."""
+    bits = t.float().contiguous().view(torch.int32)
+    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
+
+
+def fp16_inputs(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """An fp32 kernel that reads its inputs as fp16."""
+    return lambda *args: reference(*(a.to(torch.float16).to(a.dtype) for a in args))
+
+
+def tf32_math(reference: Callable[..., Any]) -> Callable[..., Any]:
+    """An fp32 kernel on TF32 tensor cores, emulated: every operand rounded to 10 explicit mantissa bits."""
+    return lambda *args: reference(*(_tf32(a) for a in args))
+
+
+#: the downgrades inside an fp32 kernel: each must fail as ``precision_downgrade``
+DOWNGRADES = {"bf16 inputs": bf16_inputs, "fp16 inputs": fp16_inputs, "tf32 math": tf32_math}
+
+#: an output needs this many elements for the precision probe to judge it at its 1e-4 false-alarm bound:
+#: below it (a handful of long sums) the error bound is what catches a downgrade, when it does
+PROBED_ELEMENTS = 16
+
+
 def one_element_wrong(reference: Callable[..., Any]) -> Callable[..., Any]:
     def kernel(*args):
         out = reference(*args).clone(memory_format=torch.contiguous_format)  # CUDA SDPA returns a strided view
@@ -278,9 +375,16 @@ def wrong_variants(op: Op, dtype: str) -> dict[str, tuple[Callable[..., Any], tu
     }
     if dtype == "float32":
         wrong["0.1 % scale"] = (scaled(ref, 1.001), ("mismatch",))
-        if op.sees_input_rounding:
-            wrong["bf16 inputs"] = (bf16_inputs(ref), ("mismatch",))
+        if op.sees_input_rounding and probed(op):
+            wrong.update({name: (downgrade(ref), ("precision_downgrade",)) for name, downgrade in DOWNGRADES.items()})
+        elif op.sees_input_rounding:  # too few outputs for the probe: the bound sees bf16 inputs (fp16 and
+            wrong["bf16 inputs"] = (bf16_inputs(ref), ("mismatch",))  # TF32 err 8x less: not asserted)
     return wrong
+
+
+def probed(op: Op) -> bool:
+    """Whether the op's output has enough elements for the precision probe to judge (at the CPU sizes)."""
+    return op.reference(*op.make_inputs("float32")(0)).numel() >= PROBED_ELEMENTS
 
 
 def cases(dtypes: tuple[str, ...] = DTYPES) -> list[tuple[Op, str]]:
@@ -298,13 +402,19 @@ CASES = cases()
 HONEST_OPTIONS = {"check_determinism": False, "poison_memory": False}
 
 
+def _scales(op: Op) -> dict[str, Any]:
+    """The op's own ``input_scales`` as check_kernel options (none: the default)."""
+    return {} if op.input_scales is None else {"input_scales": op.input_scales}
+
+
 def check_honest(op: Op, dtype: str, device: str = "cpu", *, gpu: bool = False,
                  extra: dict[str, Callable[..., Any]] | None = None, **options: Any) -> dict[str, Any]:
     """Every honest variant of ``op`` in ``dtype`` passes ``SEEDS`` seeds; returns the reports by variant."""
     make = op.make_inputs(dtype, device, gpu=gpu)
     reports = {}
     for name, kernel in {**honest_variants(op, dtype, device), **(extra or {})}.items():
-        unit_scale = {"input_scales": ()} if dtype in op.extremal_unsafe and name in LOW_PRECISION_MATH else {}
+        unit_scale = {"input_scales": ()} if dtype in op.extremal_unsafe and name in LOW_PRECISION_MATH else \
+            _scales(op)
         try:
             reports[name] = check_kernel(kernel, op.reference, make, trials=SEEDS, label=f"{op.name} {dtype} {name}",
                                          **{**HONEST_OPTIONS, **unit_scale, **options})
@@ -322,7 +432,8 @@ def check_wrong(op: Op, dtype: str, device: str = "cpu", *, gpu: bool = False, *
         del variants["half written"], variants["one element wrong"]  # a scalar has no half and no other element
     for name, (kernel, accepted) in variants.items():
         with pytest.raises(GateFailure) as failure:
-            check_kernel(kernel, op.reference, make, trials=SEEDS, label=f"{op.name} {dtype} {name}", **options)
+            check_kernel(kernel, op.reference, make, trials=SEEDS, label=f"{op.name} {dtype} {name}",
+                         **{**_scales(op), **options})
         assert failure.value.reason in accepted, (name, failure.value.message)
         reasons[name] = failure.value.reason
     return reasons
@@ -354,12 +465,6 @@ def test_low_precision_math_fails_the_extremal_trials(case: tuple[Op, str]) -> N
     check_kernel(op.orders["fp32 math"], op.reference, make, trials=SEEDS, **HONEST_OPTIONS)
 
 
-def _tf32(t: Any) -> Any:
-    """``t`` rounded to TF32 (10 explicit mantissa bits), as tensor cores read fp32 operands."""
-    bits = t.float().contiguous().view(torch.int32)
-    return ((bits + 0x1000) & ~0x1FFF).view(torch.float32)
-
-
 def test_tf32_math_passes_only_where_declared() -> None:
     op = OPS[0]
     tf32 = lambda a, b: _tf32(a) @ _tf32(b)  # noqa: E731
@@ -367,9 +472,57 @@ def test_tf32_math_passes_only_where_declared() -> None:
     assert check_kernel(tf32, op.reference, make, trials=SEEDS, compute_dtype="tf32").passed
     with pytest.raises(GateFailure) as failure:
         check_kernel(tf32, op.reference, make, trials=SEEDS)
-    assert failure.value.reason == "mismatch"
-    with pytest.raises(GateFailure):  # bf16 operands are 8x coarser than the tf32 it declares
+    assert failure.value.reason == "precision_downgrade"
+    with pytest.raises(GateFailure) as failure:  # bf16 operands are 8x coarser than the tf32 it declares
         check_kernel(bf16_inputs(op.reference), op.reference, make, trials=SEEDS, compute_dtype="tf32")
+    assert failure.value.reason == "precision_downgrade"
+
+
+# -- torch's reduced-precision switches (measured on CUDA: tests/gates/test_tolerance_corpus_gpu.py and
+#    benchmarks/precision_probe_switches.py; on a CPU they change nothing) ----------------------------------
+
+#: switch -> (the corpus dtype it acts on, the library op kind, the compute_dtype that declares it)
+SWITCHES = {
+    "torch.backends.cuda.matmul.allow_tf32": ("float32", "gemm", "tf32"),
+    "torch.backends.cudnn.allow_tf32": ("float32", "conv", "tf32"),
+    "torch.backends.cuda.matmul.allow_fp16_reduced_precision_reduction": ("float16", "gemm", "float16"),
+    "torch.backends.cuda.matmul.allow_bf16_reduced_precision_reduction": ("bfloat16", "gemm", "bfloat16"),
+}
+
+
+def set_switch(switch: str, value: bool) -> bool:
+    """Set a ``torch.backends`` switch by its dotted name; returns its value before."""
+    import operator
+
+    import torch
+
+    owner, attribute = switch.removeprefix("torch.").rsplit(".", 1)
+    holder = operator.attrgetter(owner)(torch)
+    before = getattr(holder, attribute)
+    setattr(holder, attribute, value)
+    return before
+
+
+def under(switch: str, kernel):
+    """``kernel`` with ``switch`` on around its call (restored after): a candidate that runs under it."""
+    def candidate(*args):
+        before = set_switch(switch, True)
+        try:
+            return kernel(*args)
+        finally:
+            set_switch(switch, before)
+    return candidate
+
+
+def changes_the_result(switch: str, op, make, seeds: int = 2) -> bool:
+    """Whether the op's output on the first seeds differs, bit for bit, with the switch on."""
+    import torch
+
+    for seed in range(seeds):
+        args = make(seed)
+        if not torch.equal(under(switch, op.reference)(*args), op.reference(*args)):
+            return True
+    return False
 
 
 # -- measured table (python tests/plugin/test_tolerance_corpus.py) -------------------------------------

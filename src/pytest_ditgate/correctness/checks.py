@@ -22,6 +22,11 @@ Per trial (fresh inputs from ``make_inputs(seed + trial)``), in this order:
    run gives the output dtypes the candidate must return). An output that still fails is judged once more
    with the conditioning of the problem measured (:mod:`pytest_ditgate.correctness.conditioning`).
 
+Once per call, on the last trial or on a trial that failed its bound, the precision probe runs the candidate
+and the reference again on the trial's inputs moved within the cells of a coarser rounding grid
+(:mod:`pytest_ditgate.correctness.precision_probe`): an output that stays exactly the same where an honest
+kernel's would change fails as ``precision_downgrade``.
+
 After the trials, one extremal trial per input scale (:mod:`pytest_ditgate.correctness.scales`). Outputs are
 compared in chunks and earlier outputs kept as fingerprints, so the gate's own memory stays a few times
 the inputs (:mod:`pytest_ditgate.correctness.memory`).
@@ -38,7 +43,8 @@ import torch
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
-from pytest_ditgate.correctness import compare, conditioning, honest, memory, poison, scales
+from pytest_ditgate.correctness import compare, conditioning, honest, memory, poison, scales, switches
+from pytest_ditgate.correctness.precision_probe import Probe
 from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
 from pytest_ditgate.correctness.roles import Roles, key_name, parse_keys
@@ -75,6 +81,7 @@ def check_kernel(
     check_constant: bool = True,
     poison_memory: bool = True,
     check_timers: bool = True,
+    check_precision: bool = True,
     label: str | None = None,
 ) -> KernelReport:
     """Check that ``candidate`` computes what ``reference`` computes; return a :class:`KernelReport`.
@@ -91,7 +98,9 @@ def check_kernel(
     values; compared after the call with the reference's updated copy); ``scratch_args`` may be overwritten
     (restored before each call, not compared). ``input_scales``: one extremal trial per entry after the
     ``trials`` (inputs scaled by a number, or ``"mixed"`` per row; ``()`` for none), scaling the floating
-    arguments ``scaled_args`` names (default: all but ``out_args``). Raises
+    arguments ``scaled_args`` names (default: all but ``out_args``). ``check_precision``: the precision probe
+    (inputs moved within the cells of the grid next coarser than the inputs' dtype, or than ``compute_dtype``;
+    an output that does not respond fails ``precision_downgrade``; its verdict is ``report.precision``). Raises
     :class:`~pytest_ditgate.GateFailure` with a stable ``.reason``.
     """
     roles = _check_arguments(candidate, reference, make_inputs, trials=trials, seed=seed, compute_dtype=compute_dtype,
@@ -100,7 +109,7 @@ def check_kernel(
                              roles=dict(out_args=out_args, inout_args=inout_args, scratch_args=scratch_args),
                              flags=dict(check_determinism=check_determinism, allow_nondeterminism=allow_nondeterminism,
                                         check_constant=check_constant, poison_memory=poison_memory,
-                                        check_timers=check_timers))
+                                        check_timers=check_timers, check_precision=check_precision))
     scale_list = scales.parse_scales(input_scales, CALL)
     if scaled_args is not None:
         scaled_args = parse_keys(scaled_args, "scaled_args", CALL)
@@ -110,7 +119,7 @@ def check_kernel(
                input_scales=scale_list, scaled_args=scaled_args,
                check_determinism=check_determinism, nondeterminism_atol=float(nondeterminism_atol),
                allow_nondeterminism=allow_nondeterminism, check_constant=check_constant,
-               poison_memory=poison_memory, check_timers=check_timers, label=label)
+               poison_memory=poison_memory, check_timers=check_timers, check_precision=check_precision, label=label)
     return run.execute()
 
 
@@ -185,7 +194,7 @@ class _Run:
 
     def __init__(self, candidate, reference, make_inputs, *, trials, seed, tolerance, reference_dtype, roles,
                  input_scales, scaled_args, check_determinism, nondeterminism_atol, allow_nondeterminism,
-                 check_constant, poison_memory, check_timers, label) -> None:
+                 check_constant, poison_memory, check_timers, check_precision, label) -> None:
         self.candidate, self.reference, self.make_inputs = candidate, reference, make_inputs
         self.trials, self.seed, self.tolerance = trials, seed, tolerance
         self.reference_dtype, self.roles = reference_dtype, roles
@@ -194,7 +203,7 @@ class _Run:
         self.allow_nondeterminism, self.check_constant = allow_nondeterminism, check_constant
         self.poison_memory, self.check_timers = poison_memory, check_timers
         checks = ["reference_nonfinite", "shape", "dtype", "nonfinite", "mismatch(elementwise+rel-norm vs the honest-error estimate)", "input_mutated",
-                  "crash", "stream-order (all streams synchronised before comparing)"]
+                  "crash", "stream-order(every stream synchronised)"]
         if poison_memory:
             checks.append("stale_output(poisoned allocations)")
         if check_determinism:
@@ -203,6 +212,8 @@ class _Run:
             checks.append("constant_output")
         if check_timers:
             checks.append("timer_tampered")
+        if check_precision:
+            checks.append("precision_downgrade")
         if input_scales:
             checks.append("extremal trials (inputs " + ", ".join(scales.scale_text(s) for s in input_scales) + ")")
         name = label or _callable_name(candidate)
@@ -219,6 +230,9 @@ class _Run:
         self.estimate: memory.Estimate | None = None
         self.phase = "before the first trial"
         self.watched_precision = False
+        self.probe = Probe(enabled=check_precision, compute_dtype=tolerance["compute_dtype"], roles=roles,
+                           trials=trials)
+        self.report.precision = self.probe.report
 
     # -- the trial loop ---------------------------------------------------------------------------
     def execute(self) -> KernelReport:
@@ -299,10 +313,49 @@ class _Run:
             self._skip_overflowing_outputs(trial, ref_out)
         conditioned = _Lazy(lambda: self._conditioning(pristine, ref_out))
         self.phase = f"while judging the outputs of {self._where(trial)}"
-        self._judge(trial, first, second, ref_out, estimate, conditioned)
+        try:
+            self._judge(trial, first, second, ref_out, estimate, conditioned)
+        except GateFailure as failure:  # a bound failed: a downgrade, if the probe finds one, says more
+            if failure.reason == "mismatch" and self.probe.due(trial, failed=True):
+                self._probe(trial, pristine, first, second, ref_out)
+            raise
         if self.check_constant:
             self.previous_outputs.append((index, {name: compare.fingerprint(t) for name, t in first.named()}))
         self.output_bytes = [t.numel() * t.element_size() for _, t in first.named()]
+        if self.probe.due(trial, failed=False):
+            self._probe(trial, pristine, first, second, ref_out)
+
+    def _probe(self, trial: TrialReport, pristine: tuple, first: _Outputs, second: _Outputs | None,
+               ref_out: _Outputs) -> None:
+        """The precision probe on this trial's inputs; fails ``precision_downgrade`` when it finds one."""
+        self.phase = f"while running the precision probe ({self._where(trial)})"
+        errors: dict[str, float] = {}
+        for done in self.report.trials:
+            for output in done.outputs:
+                errors[output.name] = max(errors.get(output.name, 0.0), output.scaled_error)
+
+        def call_candidate(args: tuple, kwargs: dict, mode: Any) -> list[tuple[str, torch.Tensor]]:
+            outs = [t for _, t in self.roles.tensors(args, kwargs, "out_args")]
+            inouts = self.roles.tensors(args, kwargs, "inout_args")
+            return self._run_candidate(trial, args, kwargs, outs, inouts, "precision-probe call", mode=mode).named()
+
+        def call_reference(call: tuple) -> list[tuple[str, torch.Tensor]]:
+            return self._call_reference(call, self.upcast_dtype, None).named()
+
+        try:
+            self.probe.run(trial, pristine, first.named(), ref_out.named(), errors, call_candidate=call_candidate,
+                           call_reference=call_reference,
+                           reference_dtype=None if self.reference_dtype is None else self.upcast_dtype,
+                           deterministic=second is not None and trial.nondeterminism == 0,
+                           compiled=poison.looks_compiled(self.candidate))
+        except _UserRaised as raised:
+            self.probe.report.status = "inconclusive"
+            self.probe.report.notes.append(f"the reference raised {type(raised.error).__name__} on the moved inputs: "
+                                           "not judged")
+        failure = self.probe.failure()
+        if failure is not None:
+            headline, details, output = failure
+            self._fail("precision_downgrade", headline, trial, details, output=output)
 
     # -- running the user's code ------------------------------------------------------------------
     def _where(self, trial: TrialReport) -> str:
@@ -380,7 +433,7 @@ class _Run:
 
     # -- running the two sides --------------------------------------------------------------------
     def _run_candidate(self, trial: TrialReport, args: tuple, kwargs: dict, outs: list,
-                       inouts: list[tuple[str, torch.Tensor]], which: str) -> _Outputs:
+                       inouts: list[tuple[str, torch.Tensor]], which: str, mode: Any = None) -> _Outputs:
         devices = {t.device for _, t in named_call_tensors(args, kwargs)}
         if self.poison_memory:
             sizes = [t.numel() * t.element_size() for _, t in named_call_tensors(args, kwargs)] + self.output_bytes
@@ -388,10 +441,12 @@ class _Run:
             for buffer in outs:
                 poison.fill_poison(buffer)
         use_mode = self.poison_memory and (poison.MODE_LETS_COMPILED_CODE_RUN or not poison.looks_compiled(self.candidate))
-        mode = poison.PoisonEmpty() if use_mode else contextlib.nullcontext()
+        poisoning = poison.PoisonEmpty() if use_mode else contextlib.nullcontext()
         try:
-            with mode:
+            self.probe.switches.note(switches.read())
+            with poisoning, mode if mode is not None else contextlib.nullcontext():
                 result = self.candidate(*args, **kwargs)
+            self.probe.switches.note(switches.read())
             if result is None and outs:
                 result = outs[0] if len(outs) == 1 else tuple(outs)
             ordered = _Outputs(map_tensors(result, _snapshot),  # in the caller's stream order

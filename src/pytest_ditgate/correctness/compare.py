@@ -202,7 +202,8 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
     if candidate.is_floating_point() and not tolerance.exact:
         info = torch.finfo(candidate.dtype)
         ulp = (info.eps, info.tiny)
-    stats: dict[str, list[torch.Tensor]] = {key: [] for key in ("bad", "ratio", "abs", "rel", "err", "ref", "ok")}
+    stats: dict[str, list[torch.Tensor]] = {key: [] for key in ("bad", "ratio", "abs", "rel", "err", "ref", "ok",
+                                                                "scaled")}
     worst_excess: list[tuple[torch.Tensor, torch.Tensor, int]] = []
     worst_diff: list[tuple[torch.Tensor, torch.Tensor, int]] = []
     for start, flat in chunks(*parts, device=device):
@@ -235,6 +236,7 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
         if spread is not None:  # the element's own conditioning (its simulated rounding error)
             torch.maximum(allowed, flat[-1].double() * honest.rule.conditioning, out=allowed)
         stats["bad"].append((diff > allowed).sum())
+        stats["scaled"].append((diff / (size + mean)).nan_to_num_(nan=0.0).max())
         stats["abs"].append(diff.max())
         exact = diff == 0
         stats["ratio"].append((diff / allowed).masked_fill_(exact, 0).nan_to_num_(nan=float("inf")).max())
@@ -246,6 +248,7 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
     result.elementwise_ratio = float(torch.stack(stats["ratio"]).max())
     result.max_abs = float(torch.stack(stats["abs"]).max())
     result.max_rel = float(torch.stack(stats["rel"]).max())
+    result.scaled_error = float(torch.stack(stats["scaled"]).max())
     ref_norm = math.sqrt(float(torch.stack(stats["ref"]).sum()))
     err_norm = math.sqrt(float(torch.stack(stats["err"]).sum()))
     if not bool(torch.stack(stats["ok"]).all()):
@@ -261,6 +264,12 @@ def compare_output(name: str, candidate: torch.Tensor, reference: torch.Tensor, 
     result.worst_candidate = _item(candidate, index)
     result.worst_reference = _item(reference, index)
     return result
+
+
+def spacing(size: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """The distance between neighbouring values of the floating ``dtype`` at the magnitudes ``size``."""
+    info = torch.finfo(dtype)
+    return _spacing(size, info.eps, info.tiny)
 
 
 def _spacing(size: torch.Tensor, eps: float, tiny: float) -> torch.Tensor:

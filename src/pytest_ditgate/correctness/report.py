@@ -13,9 +13,10 @@ from typing import Any
 from pytest_ditgate.correctness import tolerances
 from pytest_ditgate.correctness.tolerances import HonestRule, Tolerance
 
-#: stable reason codes, in the order the checks run within a trial
+#: stable reason codes, in the order the checks run within a trial (the precision probe runs once per check,
+#: after the trial it probes has been judged)
 REASONS = ("timer_tampered", "crash", "input_mutated", "reference_nonfinite", "shape", "dtype", "stale_output",
-           "nonfinite", "constant_output", "mismatch", "nondeterministic")
+           "nonfinite", "constant_output", "mismatch", "nondeterministic", "precision_downgrade")
 
 
 @dataclass(frozen=True)
@@ -107,6 +108,9 @@ class OutputComparison:
     scale: float | None = None  # the output's mean magnitude, mean(|ref|)
     local_scale: bool = False  # elements scaled by the size of their own terms (the |inputs| run)
     conditioned: bool = False  # elements allowed their own simulated rounding error (the conditioning runs)
+    #: max over elements of |out - ref| / (|ref| + mean|ref|): the error's size at each element's own scale, by
+    #: which the precision probe sizes the candidate's noise
+    scaled_error: float = 0.0
 
     def _scale_text(self) -> str:
         """The elementwise allowance's scale and absolute tolerance, as applied."""
@@ -183,6 +187,85 @@ class TrialReport:
         return all(output.passed for output in self.outputs)
 
 
+#: the precision probe's verdicts on an output
+PROBE_STATUSES = ("responds", "precision_downgrade", "inconclusive", "out_of_scope")
+
+
+@dataclass(frozen=True)
+class OutputSensitivity:
+    """The precision probe's verdict on one output (:mod:`pytest_ditgate.correctness.sensitivity`): ``status``
+    (one of :data:`PROBE_STATUSES`) and the figures behind it.
+
+    ``would_change``: elements where an honest kernel's output must change (the reference moved by at least
+    :data:`MIN_MOVE` spacings); ``unchanged``: how many of them the candidate left exactly as they were;
+    ``honest_stay``: the mean probability that an honest kernel leaves one of them; ``false_alarm``: the
+    Chernoff bound on an honest kernel staying on half of them; ``gain``, ``correlation``: of the
+    candidate's move against the reference's there (reported, not deciding); ``reason``: one sentence.
+    """
+
+    name: str
+    status: str
+    numel: int = 0
+    would_change: int = 0
+    unchanged: int = 0
+    honest_stay: float | None = None
+    false_alarm: float | None = None
+    gain: float | None = None
+    correlation: float | None = None
+    reference_moved: int = 0
+    largest_move: float | None = None  # max |dr| / q over the elements
+    reason: str = ""
+
+    def line(self) -> str:
+        """One line for a report or a failure."""
+        figures = ""
+        if self.would_change:
+            figures = (f" (unchanged on {self.unchanged} of {self.would_change} elements where an honest "
+                       f"kernel's output changes")
+            if self.false_alarm is not None and self.status != "responds":
+                chance = f"{self.false_alarm:.1e}" if self.false_alarm > 0 else "1e-300"
+                figures += f"; an honest kernel's chance of staying on half of them <= {chance}"
+            if self.gain is not None:
+                figures += f"; gain {self.gain:.3g}"
+            if self.correlation is not None:
+                figures += f", correlation {self.correlation:.3g}"
+            figures += ")"
+        return f"{self.name}: {self.status}{figures}" + (f": {self.reason}" if self.reason else "")
+
+
+@dataclass
+class PrecisionReport:
+    """The precision probe of one check (:mod:`pytest_ditgate.correctness.precision_probe`).
+
+    ``status``: ``responds`` (every output in scope changed where an honest kernel's must),
+    ``precision_downgrade``, ``inconclusive`` (some output could not be judged: ``outputs`` says why),
+    ``out_of_scope`` (nothing to probe: no floating input to move, or no output a move can show in), ``off``
+    (``check_precision=False``) or ``not run`` (the check stopped before its probed trial). ``cells``: how
+    each input was moved; ``switches``: the device libraries' reduced-precision switches during the
+    candidate's calls and their effect; ``extra_calls``: the calls the probe added to the check (the candidate
+    and the reference on the moved inputs, and the candidate with every switch off where one was measured).
+    """
+
+    status: str = "not run"
+    trial: int | None = None
+    seed: int | None = None
+    compute_dtype: str | None = None
+    cells: list[str] = field(default_factory=list)
+    outputs: list[OutputSensitivity] = field(default_factory=list)
+    switches: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    extra_calls: int = 0
+
+    def summary(self) -> str:
+        """One line: the status and each output's verdict (with its reason where it is not ``responds``)."""
+        if self.status in ("off", "not run"):
+            return f"precision probe {self.status}" + "".join(f" ({note})" for note in self.notes)
+        where = (f" (trial {self.trial + 1}, seed {self.seed}; {self.extra_calls} extra calls)"
+                 if self.trial is not None else "")
+        parts = [output.line() for output in self.outputs] + self.notes
+        return f"precision probe {self.status}{where}: " + "; ".join(parts)
+
+
 @dataclass
 class KernelReport:
     """Everything ``check_kernel`` measured. ``passed``/``reason`` say how it ended."""
@@ -205,6 +288,8 @@ class KernelReport:
     notes: list[str] = field(default_factory=list)
     #: the memory a trial needs (estimate) and the peak each CUDA device reached during the check
     memory: dict[str, Any] = field(default_factory=dict)
+    #: the precision probe: does each output respond to input moves a lower precision cannot see
+    precision: PrecisionReport = field(default_factory=PrecisionReport)
 
     @property
     def seeds(self) -> list[int]:
@@ -255,6 +340,7 @@ class KernelReport:
         inputs, peak = self.memory.get("inputs_bytes"), self.peak_device_bytes
         if peak is not None and inputs:
             text += f"; peak device memory {peak / (1 << 30):.2f} GB ({peak / inputs:.1f}x the inputs)"
+        text += f"; {self.precision.summary()}"
         return text + "".join(f"; note: {note}" for note in self.notes)
 
 
