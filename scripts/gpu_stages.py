@@ -386,6 +386,18 @@ def stage_classes(logs: Path, limit: float, env: dict[str, str]) -> dict[str, An
             "passed": code == 0 and bool(targets) and not failures}
 
 
+def stage_empty(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
+    """Twenty empty commits on the DiT lane, each judged: at least 19 must be 11 (no noise taken for a gain)."""
+    code, seconds = run_logged([sys.executable, "scripts/agent_loop_empty.py", "--runs", "20", "--json",
+                                str(logs / "empty.json")], logs / "empty.log", limit, env)
+    targets, failures = targets_from(logs / "empty.json", lambda d: d["targets"])
+    failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}" for t in targets if not t["pass"]]
+    if code != 0 and not failures:
+        failures.append(f"the empty-commit script exited {code}: see empty.log")
+    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
+            "passed": code == 0 and bool(targets) and not failures}
+
+
 def _source(*functions: Callable[..., Any]) -> str:
     return "".join(inspect.getsource(f) for f in functions)
 
@@ -418,6 +430,8 @@ STAGES = [
     Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_loop)),
     Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
           _source(stage_attacks)),
+    Stage("empty", "whole", ("scripts/agent_loop_empty.py",), "scripts/agent_loop_empty.py --runs 20", 580,
+          _source(stage_empty)),
     Stage("classes", "whole", ("scripts/agent_loop_classes.py",), "scripts/agent_loop_classes.py", 540,
           _source(stage_classes, _target)),
 ]
@@ -444,6 +458,8 @@ def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded
         return benchmark_stage(script, BENCH_ARGS[stage.name], result_name, convert, logs, stage.limit_s, out, env)
     if stage.name == "attacks":
         return stage_attacks(logs, stage.limit_s, env)
+    if stage.name == "empty":
+        return stage_empty(logs, stage.limit_s, env)
     if stage.name == "classes":
         return stage_classes(logs, stage.limit_s, env)
     return stage_loop(logs, stage.limit_s, env)

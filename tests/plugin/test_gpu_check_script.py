@@ -54,7 +54,7 @@ def test_every_test_file_is_a_unit_of_exactly_one_test_stage(gpu_check, gpu_inpu
     assert owners["tests/plugin/test_report.py"] == ["plugin"] and owners["tests/dit_fast/test_fast_gpu.py"] == ["suites"]
     assert {s.name for s in gpu_check.STAGES if s.kind == "whole"} == {"fidelity", "kernels", "dit", "memory",
                                                                         "switches", "probe_cost", "loop", "attacks",
-                                                                        "classes"}
+                                                                        "empty", "classes"}
     assert {s.name for s in gpu_check.STAGES if s.per_device} == {"fidelity", "kernels", "dit", "memory", "switches",
                                                                   "probe_cost"}
 
