@@ -11,15 +11,40 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import datetime as _dt
+import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
-from pytest_ditgate.verdict.outcome import Category, EXIT_CODES
+from pytest_ditgate import git
+from pytest_ditgate.artefacts import resolve_artefact_dir
+from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.experiment import history
+from pytest_ditgate.experiment.bootstrap import CHILD, command
+from pytest_ditgate.experiment.child_output import PrefixedPump
+from pytest_ditgate.experiment.policy import recorded_environment, refused_environment
+from pytest_ditgate.experiment.preflight import baseline_problems, uncommitted_changes
+from pytest_ditgate.experiment.record import Facts, build, history_body
+from pytest_ditgate.experiment.rounds import HOST_GAIN_FLOOR, become_subreaper, strays, time_lane
+from pytest_ditgate.experiment.transaction import TreeSnapshot
+from pytest_ditgate.fsutil import atomic_write_json, lock_for
+from pytest_ditgate.golden.store import sha256_bytes
+from pytest_ditgate.judged_run import JUDGE_TIMES_ENV, LANE_BEST, OUT_ENV
+from pytest_ditgate.project_config import load_project_config, string_list
+from pytest_ditgate.quality.contract import contract_path_for
+from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
+from pytest_ditgate.verdict.classify import classify_tagged
+from pytest_ditgate.verdict.ledger import append_experiment, store_best
+from pytest_ditgate.verdict.outcome import EXIT_CODES, Category
+from pytest_ditgate.verdict.scope import scope_problems
 
 #: exit status of a run that cannot start (an unknown lane, a setting, a tree that is not ready), as pytest's
 EXIT_USAGE = 4
@@ -61,11 +86,8 @@ def main(argv: list[str]) -> int:
 
 class Judge:
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
-        from pytest_ditgate.errors import DitgateUsageError
-        from pytest_ditgate.artefacts import resolve_artefact_dir
         from pytest_ditgate.verdict.lane import load_lane
         from pytest_ditgate.golden.fixed_paths import LockSettings
-        from pytest_ditgate.project_config import load_project_config, string_list
 
         self.root = root
         self.args = args
@@ -77,7 +99,6 @@ class Judge:
         except DitgateUsageError as exc:
             raise Refused(str(exc)) from None
         declared = self.lane.default_class if args.cls is None else args.cls
-        from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
 
         if declared not in EXPERIMENT_CLASSES:
             raise Refused(f"--class {declared!r}: choose from {', '.join(EXPERIMENT_CLASSES)}")
@@ -95,8 +116,6 @@ class Judge:
         return [*self.lock.patterns, lock_rel, "golden/"]
 
     def check_environment(self) -> None:
-        from pytest_ditgate.experiment.policy import refused_environment
-
         for line in refused_environment(self.env, self.root, self.fixed_patterns()):
             self.problems.append((Category.INTEGRITY, line))
 
@@ -114,10 +133,8 @@ class Judge:
         does not name them. ``known``: digests taken a moment before (no candidate code ran since). A contract
         outside the project (an absolute path, the packaged default of an installed plugin) is hashed too,
         under its absolute path."""
-        from dataclasses import replace
 
         from pytest_ditgate.golden.fixed_paths import expand
-        from pytest_ditgate.golden.store import sha256_bytes
 
         extras = ["golden/"]
         contract = self.contract()
@@ -163,9 +180,6 @@ class Judge:
                                                           "fixed-paths lock does not cover"))
 
     def check_scope(self, anchors: list[tuple[str, str]]) -> list[str]:
-        from pytest_ditgate import git
-        from pytest_ditgate.verdict.scope import scope_problems
-
         artefacts = self._relative(self.artefacts)
         fixed = self.fixed_patterns()
         changed: set[str] = set()
@@ -187,11 +201,7 @@ class Judge:
 
     # -- the child ----------------------------------------------------------------------------------
     def run_child(self, out: Path, *, freeze: bool, best: dict[str, Any] | None) -> int:
-        import json
 
-        from pytest_ditgate.experiment.bootstrap import CHILD, command
-        from pytest_ditgate.experiment.child_output import PrefixedPump
-        from pytest_ditgate.judged_run import LANE_BEST, OUT_ENV
 
         out.mkdir(parents=True, exist_ok=False)
         if best is not None and best.get("candidate_config"):
@@ -199,7 +209,6 @@ class Judge:
         env = self.child_env()
         env[OUT_ENV] = str(out)
         if self.lane.timing is not None and not freeze:
-            from pytest_ditgate.judged_run import JUDGE_TIMES_ENV
 
             env[JUDGE_TIMES_ENV] = "1"  # the judge times the lane: the child leaves its timing tests out
         args = ["--ditgate", f"--ditgate-lane={self.lane.name}", f"--ditgate-class={self.declared}",
@@ -207,7 +216,6 @@ class Judge:
                 "-p", "no:cacheprovider", "-q", "-rfEs", "--durations=5", *(["--ditgate-freeze"] if freeze else []), *self.lane.tests]
         print("ditgate: judged run:", "pytest", " ".join(args), flush=True)
         overlap = cores_to_spare()
-        from pytest_ditgate.experiment.rounds import become_subreaper
 
         become_subreaper()  # a process the child leaves behind stays the judge's to find and end
         read_end, write_end = os.pipe()
@@ -238,8 +246,6 @@ class Judge:
     def time_lane(self, facts: Any, out: Path) -> list[dict[str, Any]]:
         """The judge's own timing of the lane (``rounds.py``): the candidate's tree against a read-only checkout
         of the lane best's commit (for a baseline, of HEAD); the comparisons for the objective."""
-        from pytest_ditgate import git
-        from pytest_ditgate.experiment.rounds import HOST_GAIN_FLOOR, time_lane
 
         best = facts.best_before
         commit = (best or {}).get("commit") or git.head(self.root)
@@ -264,10 +270,6 @@ class Judge:
 
     # -- the two modes ------------------------------------------------------------------------------
     def experiment(self) -> int:
-        from pytest_ditgate import git
-        from pytest_ditgate.experiment import history
-        from pytest_ditgate.experiment.preflight import uncommitted_changes
-        from pytest_ditgate.fsutil import lock_for
         from pytest_ditgate.golden.fixed_paths import read_lock
 
         path = history.history_path(self.artefacts, self.lane.name)
@@ -313,10 +315,6 @@ class Judge:
         """Record the lane's baseline, as one transaction: everything that can be checked first is (nothing is
         written before: exit 4 naming the problem); then the run, the lock, the commit and the history either
         all happen, or the tree is put back as it was (``transaction.py``)."""
-        from pytest_ditgate.experiment import history
-        from pytest_ditgate.experiment.preflight import baseline_problems
-        from pytest_ditgate.experiment.transaction import TreeSnapshot
-        from pytest_ditgate.fsutil import lock_for
 
         path = history.history_path(self.artefacts, self.lane.name)
         if self.baselined():
@@ -354,8 +352,6 @@ class Judge:
         return self.root / "golden"
 
     def baselined(self) -> bool:
-        from pytest_ditgate import git
-        from pytest_ditgate.experiment import history
         from pytest_ditgate.golden.fixed_paths import read_lock
 
         lanes = read_lock(self.lock).get("lanes") or {}
@@ -378,18 +374,12 @@ class Judge:
 
     # -- deciding and writing -----------------------------------------------------------------------
     def new_run_folder(self) -> Path:
-        import datetime as _dt
-
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
         base = self.artefacts / RUNS_DIR
         base.mkdir(parents=True, exist_ok=True)
         return Path(tempfile.mkdtemp(prefix=f"{self.lane.name}-{stamp}-", dir=base)) / "child"
 
     def facts(self, best: dict[str, Any] | None, changed: list[str] | None, *, arch: str | None = None) -> Any:
-        from pytest_ditgate import git
-        from pytest_ditgate.experiment.policy import recorded_environment
-        from pytest_ditgate.experiment.record import Facts
-
         head = git.head(self.root)
         return Facts(lane=self.lane.name, declared_class=self.declared, effective_class=self.declared,
                      class_evidence=[], description=self.args.description, commit=git.short(head),
@@ -403,7 +393,6 @@ class Judge:
 
     def judge_child(self, facts: Any, out: Path, returncode: int, expected: dict[str, Any], *, freeze: bool) -> None:
         from pytest_ditgate.experiment.evidence import judge_outputs, judge_timings, read_child, required_ran
-        from pytest_ditgate.verdict.classify import classify_tagged
 
         evidence = read_child(out)
         facts.outcomes = list(evidence.outcomes.values())
@@ -457,15 +446,11 @@ class Judge:
 
     def contract(self) -> Path:
         """The contract the child's quality session reads (a project without one gets the packaged default)."""
-        from pytest_ditgate.quality.contract import contract_path_for
-
         raw = self.project.get("quality_contract")
         return contract_path_for(self.root, str(raw) if raw is not None else None)
 
     def finish(self, lane_history: Any, best: dict[str, Any] | None, changed: list[str] | None,
                child: tuple[Path, int] | None, judged_files: dict[str, str] | None = None) -> int:
-        from pytest_ditgate.experiment import history
-        from pytest_ditgate.experiment.record import build, history_body
 
         facts = self.facts(best, changed, arch=_arch() if child is not None else None)
         if lane_history is not None:
@@ -489,7 +474,6 @@ class Judge:
     def mirror_best(self, best: dict[str, Any] | None, arch: str | None) -> None:
         """Copy a new best to ``<artefacts>/best/`` for advisory ``--ditgate-lane`` runs (best effort; the
         judge itself only ever reads the lane's history)."""
-        from pytest_ditgate.verdict.ledger import store_best
 
         if best is None or arch is None:
             return
@@ -499,9 +483,6 @@ class Judge:
             print(f"ditgate: could not mirror the lane best under {self.artefacts}: {exc}", file=sys.stderr)
 
     def write(self, verdict: Any, detail: dict[str, Any], row: dict[str, Any]) -> int:
-        from pytest_ditgate.fsutil import atomic_write_json
-        from pytest_ditgate.verdict.ledger import append_experiment
-
         try:
             append_experiment(self.artefacts, row, detail)
             atomic_write_json(self.artefacts / VERDICT_FILE, detail)
@@ -518,24 +499,18 @@ class Judge:
         return verdict.exit_code
 
     def finish_baseline_refused(self) -> Any:
-        from pytest_ditgate.experiment.record import build
-
         verdict, detail, row = build(self.facts(None, None), speed=False)
         self.write(verdict, detail, row)
         return verdict
 
     def record_baseline(self, lock_changes: list[str]) -> tuple[int, bool]:
         """Two runs of the lane's tests, then the lock, the commit and the history: ``(exit code, committed)``.
-
         The first run freezes the goldens that are missing. The second runs exactly as every later experiment
         does (goldens checked, not frozen; the same child, the same judging), and its ratio is the lane's first
         best: a best measured otherwise than the candidates it is compared with (the freezing run's ratio read
         0.114 where later runs of the same code read 0.076) keeps the first no-op after a baseline as a
         speedup. The second run must also match the goldens the first froze: a lane whose outputs change from
         run to run has no baseline."""
-        from pytest_ditgate import git
-        from pytest_ditgate.experiment import history
-        from pytest_ditgate.experiment.record import build
         from pytest_ditgate.golden.fixed_paths import write_lock
 
         parent = git.head(self.root)
@@ -581,8 +556,6 @@ def uninterrupted() -> Iterator[None]:
     """Hold Ctrl-C (SIGINT) back until the block is done: the records it writes belong together. A signal that
     came meanwhile goes to the handler it was meant for when the block ends. (A handler, not a signal mask: in a
     process with threads, such as one that imported torch, a masked signal is taken by another thread.)"""
-    import signal
-    import threading
 
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread receives signals, and may set a handler
@@ -607,9 +580,7 @@ OVERLAP_MIN_CPUS = 8
 def end_descendants() -> list[str]:
     """End every process the judge's children left behind (found as the judge's descendants, which a subreaper
     keeps them): nothing of a run outlives it, or writes after the verdict. The ones ended, as ``pid (command)``."""
-    import signal
 
-    from pytest_ditgate.experiment.rounds import strays
 
     left = strays(set())
     for entry in left:
