@@ -30,7 +30,6 @@ and exits 1 when any expectation fails. It is the GPU check's ``attacks`` stage.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -40,7 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import ROOT, SKIP, Loop, scrub  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import ROOT, SKIP, Loop, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
 
 CANDIDATE = "dit_impl/fast/candidate.py"
 
@@ -196,11 +195,7 @@ class Result:
 
 
 def verdict_reasons(loop: Loop) -> list[str]:
-    try:
-        data = json.loads((loop.work / ".ditgate" / "verdict.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [str(r) for r in (data.get("verdict") or {}).get("reasons") or []]
+    return [str(r) for r in (verdict_of(loop).get("verdict") or {}).get("reasons") or []]
 
 
 def judge(template: Path, work: Path, log, name: str, body: str | None) -> tuple[int, list[str]]:
@@ -267,8 +262,7 @@ def main(argv: list[str] | None = None) -> int:
               "gpu": torch.cuda.get_device_name(0) if on_gpu else None, "torch": torch.__version__,
               "commit": commit}
     if ns.json:
-        Path(ns.json).write_text(scrub(json.dumps(record, indent=1), base) + "\n")
-        Path(ns.json).with_suffix(".log").write_text(scrub((base / "attacks.log").read_text(errors="replace"), base))
+        write_record(record, ns.json, base, base / "attacks.log")
     if not ns.keep:
         shutil.rmtree(base, ignore_errors=True)
     if error:

@@ -132,6 +132,20 @@ def scrub(text: str, *temporary: Path) -> str:
     return text
 
 
+def verdict_of(loop: Loop) -> dict:
+    """The last verdict the judge wrote in ``loop``'s repository (empty when there is none to read)."""
+    try:
+        return json.loads((loop.work / ".ditgate" / "verdict.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def write_record(record: dict, path: str, base: Path, log: Path) -> None:
+    """A loop script's JSON record at ``path`` and its log beside it (``.log``), without this machine's paths."""
+    Path(path).write_text(scrub(json.dumps(record, indent=1), base) + "\n")
+    Path(path).with_suffix(".log").write_text(scrub(log.read_text(errors="replace"), base))
+
+
 def timed(action) -> tuple[int, float]:
     started = time.perf_counter()
     code = action()

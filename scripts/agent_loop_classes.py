@@ -39,7 +39,6 @@ cases judged on their structure only) and exits 1 when any expectation fails.
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -50,7 +49,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import HONEST, ROOT, SKIP, Loop, scrub  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import HONEST, ROOT, SKIP, Loop, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
 
 CANDIDATE = "dit_impl/fast/candidate.py"
 ATTENTION = "dit_impl/fast/attention.py"
@@ -142,12 +141,6 @@ def candidates(honest_fraction: float, harmful_steps: int) -> list[Candidate]:
         Candidate("kernels: an empty commit", "kernels", "numerical", "numerical", {"gpu": (11,)}, [], gpu_only=True),
     ]
 
-
-def verdict_of(loop: Loop) -> dict:
-    try:
-        return json.loads((loop.work / ".ditgate" / "verdict.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def judge(loop: Loop, lane: str, cls: str, description: str, edits: list[Callable[[Loop], None]]) -> tuple[int, dict]:
@@ -242,8 +235,7 @@ def main(argv: list[str] | None = None) -> int:
               "gpu": torch.cuda.get_device_name(0) if on_gpu else None,
               "commit": commit}
     if ns.json:
-        Path(ns.json).write_text(scrub(json.dumps(record, indent=1), base) + "\n")
-        Path(ns.json).with_suffix(".log").write_text(scrub((base / "classes.log").read_text(errors="replace"), base))
+        write_record(record, ns.json, base, base / "classes.log")
     if not ns.keep:
         shutil.rmtree(base, ignore_errors=True)
     if error:

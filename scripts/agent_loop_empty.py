@@ -13,7 +13,6 @@ GPU check's ``empty`` stage (``scripts/gpu_check.py --stages empty``).
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import subprocess
 import sys
@@ -22,14 +21,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import ROOT, SKIP, Loop, scrub  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import ROOT, SKIP, Loop, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
 
-
-def verdict_of(loop: Loop) -> dict:
-    try:
-        return json.loads((loop.work / ".ditgate" / "verdict.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def run(work: Path, log, runs: int) -> tuple[int, list[dict]]:
@@ -91,8 +84,7 @@ def main(argv: list[str] | None = None) -> int:
               "commit": commit}
     print(f"{'PASS' if passed else 'FAIL'}  {target['name']}: {discards} (needs {target['limit']})", flush=True)
     if ns.json:
-        Path(ns.json).write_text(scrub(json.dumps(record, indent=1), base) + "\n")
-        Path(ns.json).with_suffix(".log").write_text(scrub((base / "empty.log").read_text(errors="replace"), base))
+        write_record(record, ns.json, base, base / "empty.log")
     shutil.rmtree(base, ignore_errors=True)
     if error:
         print(f"empty-commit run broke: {error}", file=sys.stderr)

@@ -342,58 +342,35 @@ def _target(name: str, value: Any, limit: str, passed: bool) -> dict[str, Any]:
     return {"name": name, "value": value, "limit": limit, "pass": bool(passed)}
 
 
-def stage_loop(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
-    code, seconds = run_logged([sys.executable, "scripts/agent_loop_check.py", "--json", str(logs / "loop.json")],
-                               logs / "loop.log", limit, env)
-    targets, failures = targets_from(logs / "loop.json", lambda d: d["targets"])
-    failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}" for t in targets if not t["pass"]]
+def classes_targets(data: dict) -> list[dict]:
+    """The classes script's targets (exit code and judged class per candidate) in the stages' form."""
+    return [_target(t["name"], f"exit {t['exit']}, judged {t.get('judged')}",
+                    " or ".join(map(str, t["expected"])) + (f", judged {t['expected_class']}"
+                                                           if t.get("expected_class") else ""), t["pass"])
+            for t in data["targets"]]
+
+
+#: the stages that run a script of the agent loop: (script, its arguments, its targets in the stages' form)
+LOOP_SCRIPTS: dict[str, tuple[str, list[str], Callable[[dict], list[dict]]]] = {
+    "loop": ("scripts/agent_loop_check.py", [], lambda d: d["targets"]),
+    "attacks": ("scripts/agent_loop_attacks.py", [], lambda d: d["targets"]),
+    "empty": ("scripts/agent_loop_empty.py", ["--runs", "20"], lambda d: d["targets"]),
+    "classes": ("scripts/agent_loop_classes.py", [], classes_targets),
+}
+
+
+def stage_script(name: str, logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
+    """A loop script's stage: it writes ``<name>.json`` with its targets (and the verdict's first reasons where
+    one failed); the stage passes when the script exits 0 and every target holds."""
+    script, args, convert = LOOP_SCRIPTS[name]
+    code, seconds = run_logged([sys.executable, script, *args, "--json", str(logs / f"{name}.json")],
+                               logs / f"{name}.log", limit, env)
+    targets, failures = targets_from(logs / f"{name}.json", convert)
+    failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}"
+                 + (f" ({'; '.join(t['reasons'])[:300]})" if t.get("reasons") else "")
+                 for t in targets if not t["pass"]]
     if code != 0 and not failures:
-        failures.append(f"agent loop exited {code}: see loop.log")
-    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
-            "passed": code == 0 and bool(targets) and not failures}
-
-
-def stage_attacks(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
-    """Each attack class as an edit of the DiT lane's candidate, judged end to end: refused with its reason."""
-    code, seconds = run_logged([sys.executable, "scripts/agent_loop_attacks.py", "--json", str(logs / "attacks.json")],
-                               logs / "attacks.log", limit, env)
-    targets, failures = targets_from(logs / "attacks.json", lambda d: d["targets"])
-    failures += [f"{t['name']}: got exit {t['value']} ({'; '.join(t.get('reasons') or [])[:300]}), expected "
-                 f"{t['limit']} naming {t.get('reason')!r}" for t in targets if not t["pass"]]
-    if code != 0 and not failures:
-        failures.append(f"the attacks script exited {code}: see attacks.log")
-    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
-            "passed": code == 0 and bool(targets) and not failures}
-
-
-def stage_classes(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
-    """Every experiment class through the judge on the DiT lane and the kernel lane (an honest and a harmful
-    candidate each): each exit code and judged class against the script's GPU expectations."""
-    code, seconds = run_logged([sys.executable, "scripts/agent_loop_classes.py", "--json", str(logs / "classes.json")],
-                               logs / "classes.log", limit, env)
-
-    def convert(data: dict) -> list[dict]:
-        return [_target(t["name"], f"exit {t['exit']}, judged {t.get('judged')}",
-                        " or ".join(map(str, t["expected"])) + (f", judged {t['expected_class']}"
-                                                               if t.get("expected_class") else ""), t["pass"])
-                for t in data["targets"]]
-
-    targets, failures = targets_from(logs / "classes.json", convert)
-    failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}" for t in targets if not t["pass"]]
-    if code != 0 and not failures:
-        failures.append(f"the classes script exited {code}: see classes.log")
-    return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
-            "passed": code == 0 and bool(targets) and not failures}
-
-
-def stage_empty(logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
-    """Twenty empty commits on the DiT lane, each judged: at least 19 must be 11 (no noise taken for a gain)."""
-    code, seconds = run_logged([sys.executable, "scripts/agent_loop_empty.py", "--runs", "20", "--json",
-                                str(logs / "empty.json")], logs / "empty.log", limit, env)
-    targets, failures = targets_from(logs / "empty.json", lambda d: d["targets"])
-    failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}" for t in targets if not t["pass"]]
-    if code != 0 and not failures:
-        failures.append(f"the empty-commit script exited {code}: see empty.log")
+        failures.append(f"{script} exited {code}: see {name}.log")
     return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
             "passed": code == 0 and bool(targets) and not failures}
 
@@ -427,13 +404,13 @@ STAGES = [
     Stage("probe_cost", "whole", ("benchmarks/precision_probe_cost.py",),
           "benchmarks/precision_probe_cost.py " + " ".join(BENCH_ARGS["probe_cost"]), 300,
           _source(probe_cost_targets, _target), per_device=True),
-    Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_loop)),
+    Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_script)),
     Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
-          _source(stage_attacks)),
+          _source(stage_script)),
     Stage("empty", "whole", ("scripts/agent_loop_empty.py",), "scripts/agent_loop_empty.py --runs 20", 580,
-          _source(stage_empty)),
+          _source(stage_script)),
     Stage("classes", "whole", ("scripts/agent_loop_classes.py",), "scripts/agent_loop_classes.py", 540,
-          _source(stage_classes, _target)),
+          _source(stage_script, classes_targets, _target)),
 ]
 BY_NAME = {stage.name: stage for stage in STAGES}
 TEST_RUNNERS = {"plugin": run_plugin, "suites": run_suites, "corpus": run_corpus}
@@ -456,10 +433,4 @@ def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded
     if stage.name in bench:
         script, result_name, convert = bench[stage.name]
         return benchmark_stage(script, BENCH_ARGS[stage.name], result_name, convert, logs, stage.limit_s, out, env)
-    if stage.name == "attacks":
-        return stage_attacks(logs, stage.limit_s, env)
-    if stage.name == "empty":
-        return stage_empty(logs, stage.limit_s, env)
-    if stage.name == "classes":
-        return stage_classes(logs, stage.limit_s, env)
-    return stage_loop(logs, stage.limit_s, env)
+    return stage_script(stage.name, logs, stage.limit_s, env)
