@@ -11,6 +11,7 @@ import inspect
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -119,9 +120,8 @@ def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limi
             try:
                 codes.append(process.wait(timeout=max(0.0, start + limit - time.monotonic())))
             except subprocess.TimeoutExpired:
-                os.killpg(process.pid, 9)
-                process.wait()
-                out.write(f"\n[gpu_check] killed after {limit:.0f} s\n")
+                stop_group(process)
+                out.write(f"\n[gpu_check] stopped after {limit:.0f} s\n")
                 codes.append(124)
             out.close()
     except BaseException:  # interrupted (the call's own limit): leave no process group running on the GPU
@@ -134,10 +134,25 @@ def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limi
     return codes, time.monotonic() - start
 
 
+def stop_group(process: subprocess.Popen, grace_s: float = 25.0) -> None:
+    """Stop a run past its limit: SIGINT first, so that pytest reports the failures and durations so far and
+    writes its JUnit XML, then SIGKILL to the whole process group after ``grace_s``."""
+    try:
+        os.killpg(process.pid, signal.SIGINT)
+        process.wait(timeout=grace_s)
+    except (OSError, subprocess.TimeoutExpired):
+        pass
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    process.wait()
+
+
 # -- test stages: a result per test file ----------------------------------------------------------------------
 
 def pytest_command(xml: Path, durations: int, *paths: str) -> list[str]:
-    return [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rs",
+    return [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rfEs",
             f"--durations={durations}", f"--junitxml={xml}", "-o", "junit_family=xunit1", *paths]
 
 
