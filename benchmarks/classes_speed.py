@@ -20,7 +20,6 @@ Writes ``classes_speed_<arch>.json`` (provenance, every case's rel-L2, timer and
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -125,15 +124,11 @@ def main() -> int:
             "shapes": bench.shapes, "provenance": provenance(), "check_bound": bench.bound,
             "quant_bound": args.quant_bound, "results": bench.results, "wall_seconds": round(time.time() - started, 1),
             "command": "python benchmarks/classes_speed.py " + " ".join(sys.argv[1:])}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
+    from harness import write_table
+
     arch = data["provenance"].get("device", {}).get("arch", "gpu")
-    path = out / f"classes_speed_{arch}.json"
-    path.write_text(json.dumps(data, indent=1, default=str))
-    lines = table(bench.results, reference.get("median_ms"))
-    path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+    path = write_table(Path(args.out) / f"classes_speed_{arch}.json", data, table(bench.results, reference.get("median_ms")))
     print(f"wrote {path}")
-    print("\n".join(lines))
     return 0
 
 

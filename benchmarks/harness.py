@@ -131,6 +131,19 @@ def write_record(out: Any, name: str, record: dict[str, Any]) -> Any:
     return path
 
 
+def write_table(target: Any, record: dict[str, Any], lines: list[str]) -> Path:
+    """``record`` as JSON at ``target`` and its table ``lines`` beside it (``.txt``), the folder made where
+    missing; the table printed. Returns the JSON's path."""
+    import json
+
+    path = Path(target)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n", encoding="utf-8")
+    path.with_suffix(".txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    print("\n".join(lines))
+    return path
+
+
 def end_to_end_ms(fn: Callable[[], Any], total_ms: float = 20.0) -> float:
     """The end-to-end truth of a call: milliseconds per call of many back-to-back calls, host clock, one device
     synchronisation at the end (what nvbench's "cold" loop and triton's do_bench measure: what a caller waits

@@ -382,10 +382,9 @@ def replay_recorded(source: Path, target: Path) -> int:
     contract = load_contract(ROOT / "fixtures" / "quality_contract.toml", label="fixtures/quality_contract.toml")
     record["transitions"] = replay_all(contract, record)
     record["transitions_contract"] = "fixtures/quality_contract.toml"
-    target.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    lines = table_lines(record)
-    target.with_suffix(".txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    from harness import write_table
+
+    write_table(target, record, table_lines(record))
     return 0
 
 

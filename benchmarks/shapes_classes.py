@@ -51,7 +51,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from harness import ROOT  # noqa: F401 - puts the repository on sys.path
+from harness import ROOT, write_table  # noqa: F401 - ROOT puts the repository on sys.path
 from shapes_calibration import PAIR, learned_metrics, pair_metrics, provenance
 
 #: the z of the allowed approximate regression: one-sided false refusal P(N(0,1) > Z) per metric
@@ -228,11 +228,7 @@ def main(argv: list[str] | None = None) -> int:
     record["limits"] = derive(record["raw"], record["images_per_set"])
     record["verdicts"] = verdicts(record["raw"], record["limits"])
     lines = table_lines(record)
-    target = Path(args.json)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    target.with_suffix(".txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    write_table(args.json, record, lines)
     return 0
 
 

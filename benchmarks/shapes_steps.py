@@ -15,15 +15,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import math
 import statistics
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from harness import ROOT  # noqa: F401 - puts the repository on sys.path
+from harness import ROOT, write_table  # noqa: F401 - ROOT puts the repository on sys.path
 from shapes_calibration import CASE, learned_metrics, provenance, sample_images
 
 #: two-sided 95 % quantiles of Student's t by degrees of freedom (sets - 1)
@@ -102,11 +100,7 @@ def main(argv: list[str] | None = None) -> int:
               **provenance(args.device, started, "python3 benchmarks/shapes_steps.py " + " ".join(
                   f"--{k} {v}" for k, v in (("steps", args.steps), ("seeds", args.seeds), ("repeat", args.repeat))))}
     lines = table_lines(record)
-    target = Path(args.json)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
-    target.with_suffix(".txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    print("\n".join(lines))
+    write_table(args.json, record, lines)
     return 0
 
 
