@@ -20,7 +20,6 @@ import sys
 import tempfile
 import threading
 import time
-from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -30,21 +29,18 @@ from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.experiment import history
 from pytest_ditgate.experiment.bootstrap import CHILD, command
 from pytest_ditgate.experiment.child_output import PrefixedPump
-from pytest_ditgate.experiment.policy import recorded_environment, refused_environment
-from pytest_ditgate.experiment.preflight import baseline_problems, uncommitted_changes
+from pytest_ditgate.experiment.policy import recorded_environment
+from pytest_ditgate.experiment.preflight import Preflight, baseline_problems, quality_contract
 from pytest_ditgate.experiment.record import Facts, build, history_body
 from pytest_ditgate.experiment.rounds import HOST_GAIN_FLOOR, become_subreaper, strays, time_lane
 from pytest_ditgate.experiment.transaction import TreeSnapshot
 from pytest_ditgate.fsutil import atomic_write_json, lock_for
-from pytest_ditgate.golden.store import sha256_bytes
 from pytest_ditgate.judged_run import JUDGE_TIMES_ENV, LANE_BEST, OUT_ENV
 from pytest_ditgate.project_config import load_project_config, string_list
-from pytest_ditgate.quality.contract import contract_path_for
 from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
 from pytest_ditgate.verdict.classify import classify_tagged
 from pytest_ditgate.verdict.ledger import append_experiment, store_best
 from pytest_ditgate.verdict.outcome import EXIT_CODES, Category
-from pytest_ditgate.verdict.scope import scope_problems
 
 #: exit status of a run that cannot start (an unknown lane, a setting, a tree that is not ready), as pytest's
 EXIT_USAGE = 4
@@ -105,99 +101,8 @@ class Judge:
         self.declared = declared
         # DITGATE_DIR is refused below, so the artefact folder is the project's
         self.artefacts = resolve_artefact_dir(root, env={}, table=self.project)
-        self.problems: list[tuple[Category, str]] = []
         self.env = dict(os.environ)
-        #: relative path -> sha256 of every fixed file, as check_lock found them
-        self.fixed_files: dict[str, str] | None = None
-
-    # -- preflight: what is checked before anything runs --------------------------------------------
-    def fixed_patterns(self) -> list[str]:
-        lock_rel = self.lock.lock_path.relative_to(self.root).as_posix()
-        return [*self.lock.patterns, lock_rel, "golden/"]
-
-    def check_environment(self) -> None:
-        for line in refused_environment(self.env, self.root, self.fixed_patterns()):
-            self.problems.append((Category.INTEGRITY, line))
-
-    def check_lock(self) -> None:
-        from pytest_ditgate.golden.fixed_paths import evaluate_lock, expand
-
-        self.fixed_files = expand(self.lock)  # hashed once: check_own_modules needs the same list
-        verdict = evaluate_lock(self.lock, now=self.fixed_files)
-        for line in verdict.lines() if verdict.changed else []:
-            self.problems.append((Category.INTEGRITY, f"fixed paths: {line.strip()}"))
-
-    def judged_files(self, known: dict[str, str] | None = None) -> dict[str, str]:
-        """sha256 of every file the judge reads once the child ran: the lock's files (the classifier's module
-        and weights among them), and the goldens, their manifest and the quality contract even where the lock
-        does not name them. ``known``: digests taken a moment before (no candidate code ran since). A contract
-        outside the project (an absolute path, the packaged default of an installed plugin) is hashed too,
-        under its absolute path."""
-
-        from pytest_ditgate.golden.fixed_paths import expand
-
-        extras = ["golden/"]
-        contract = self.contract()
-        relative = self._relative(contract)
-        if relative:
-            extras.append(relative.rstrip("/"))
-        digests = expand(replace(self.lock, patterns=tuple(dict.fromkeys([*self.lock.patterns, *extras]))), known)
-        if not relative:
-            try:
-                digests[str(contract.resolve())] = sha256_bytes(contract.read_bytes())
-            except OSError:
-                pass  # no contract to read: the quality session in the child says so
-        return digests
-
-    def check_judged_files_kept(self, before: dict[str, str], problems: list[tuple[Category, str]]) -> None:
-        """The candidate's process runs as this user: it could rewrite a golden, its manifest or the contract
-        while it runs, and be judged against its own. What the judge read must be what it hashed before."""
-        now = self.judged_files()
-        for path in sorted(before.keys() | now.keys()):
-            if before.get(path) != now.get(path):
-                what = "removed" if path not in now else "added" if path not in before else "rewritten"
-                problems.append((Category.INTEGRITY, f"{path}: {what} while the candidate's process ran (a fixed "
-                                                     "file the judge reads)"))
-
-    def check_own_modules(self) -> None:
-        """Every module this process imported from inside the project must be a locked, unchanged file."""
-        from pytest_ditgate.golden.fixed_paths import expand
-
-        locked = self.fixed_files if self.fixed_files is not None else expand(self.lock)
-        real_root = self.root.resolve()
-        for name, module in sorted(sys.modules.items()):
-            file = getattr(module, "__file__", None)
-            if not file:
-                continue
-            try:
-                relative = Path(file).resolve().relative_to(real_root).as_posix()
-            except ValueError:
-                continue
-            if relative.startswith((".venv/", "venv/")) or "/site-packages/" in relative:
-                continue
-            if relative not in locked:
-                self.problems.append((Category.INTEGRITY, f"the judge imported {name} from {relative}, which the "
-                                                          "fixed-paths lock does not cover"))
-
-    def check_scope(self, anchors: list[tuple[str, str]]) -> list[str]:
-        artefacts = self._relative(self.artefacts)
-        fixed = self.fixed_patterns()
-        changed: set[str] = set()
-        for label, commit in anchors:
-            try:
-                paths = git.changed_since(self.root, commit)
-            except git.GitError as exc:
-                self.problems.append((Category.INTEGRITY, f"cannot diff against the {label} {commit[:12]}: {exc}"))
-                continue
-            changed.update(p for p in paths if not (artefacts and (p + "/").startswith(artefacts)))
-        self.problems.extend(scope_problems(sorted(changed), self.mutable, fixed))
-        return sorted(changed)
-
-    def _relative(self, path: Path) -> str | None:
-        try:
-            return path.resolve().relative_to(self.root.resolve()).as_posix() + "/"
-        except ValueError:
-            return None
+        self.preflight = Preflight(root, self.lock, self.project, self.artefacts, self.env, self.mutable)
 
     # -- the child ----------------------------------------------------------------------------------
     def run_child(self, out: Path, *, freeze: bool, best: dict[str, Any] | None) -> int:
@@ -274,9 +179,9 @@ class Judge:
 
         path = history.history_path(self.artefacts, self.lane.name)
         with lock_for(path.with_suffix(".run")):  # concurrent experiments on one lane run one after the other
-            self.check_environment()
-            self.check_lock()
-            self.check_own_modules()
+            self.preflight.check_environment()
+            self.preflight.check_lock()
+            self.preflight.check_own_modules()
             genesis = (read_lock(self.lock).get("lanes") or {}).get(self.lane.name, {}).get("genesis")
             lane_history = None
             best = None
@@ -287,19 +192,14 @@ class Judge:
                 anchor = lane_history.anchor
                 if anchor is None or not git.is_ancestor(self.root, anchor):
                     raise history.HistoryError(f"the lane's baseline commit {anchor} is not an ancestor of HEAD")
-                changed = self.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])])
+                changed = self.preflight.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])])
             except history.HistoryError as exc:
-                self.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
-            if self.problems:
+                self.preflight.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
+            if self.preflight.problems:
                 return self.finish(lane_history, best, changed, None)
-            dirty = uncommitted_changes(self.root, self.artefacts, self.mutable)
-            if dirty:  # HEAD lacks them: a verdict recorded under HEAD would name code it never saw
-                shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
-                print(f"ditgate: refused: the working tree has uncommitted changes ({shown}); the judge judges the "
-                      "checked-out commit, which lacks them: commit them (or stash them) and run again",
-                      file=sys.stderr)
+            if self.preflight.refuse_uncommitted():
                 return EXIT_USAGE
-            judged_files = self.judged_files(known=self.fixed_files)  # the lock's files are hashed already
+            judged_files = self.preflight.judged_files(known=self.preflight.fixed_files)  # the lock's: hashed
             out = self.new_run_folder()
             before = time.perf_counter()
             returncode = self.run_child(out, freeze=False, best=best)
@@ -327,12 +227,12 @@ class Judge:
         with lock_for(path.with_suffix(".run")):
             if self.baselined():  # another baseline of this lane finished while this one waited
                 return self.refuse_second_baseline()
-            self.check_environment()
-            if self.problems:
+            self.preflight.check_environment()
+            if self.preflight.problems:
                 return self.report(self.finish_baseline_refused())
-            self.check_lock()
-            lock_changes = [text for _, text in self.problems]
-            self.problems = []  # the maintainer's baseline relocks; what changed is recorded for review
+            self.preflight.check_lock()
+            lock_changes = [text for _, text in self.preflight.problems]
+            self.preflight.problems.clear()  # the maintainer's baseline relocks; what changed is recorded for review
             snapshot = TreeSnapshot.take(self.root, rewritten=[self.lock.lock_path, self.store / "manifest.json"],
                                          store=self.store, history=path, ref=history.ref_name(self.lane.name))
             try:
@@ -383,7 +283,7 @@ class Judge:
         head = git.head(self.root)
         return Facts(lane=self.lane.name, declared_class=self.declared, effective_class=self.declared,
                      class_evidence=[], description=self.args.description, commit=git.short(head),
-                     parent=git.short(git.rev(self.root, "HEAD^")), arch=arch or "", problems=self.problems,
+                     parent=git.short(git.rev(self.root, "HEAD^")), arch=arch or "", problems=self.preflight.problems,
                      best_before=best, changed_paths=changed, min_improvement=self.lane.min_improvement,
                      environment={"variables": recorded_environment(self.env), "python": sys.executable,
                                   "plugin": str(Path(__file__).resolve().parents[1]),
@@ -424,7 +324,7 @@ class Judge:
         facts.candidate_config = observed.get("candidate_config") or None
         if not freeze:
             facts.quality = judge_outputs(self.root, evidence, expected.get("outputs", []), classification.effective,
-                                          self.contract(), facts.arch, facts.problems)
+                                          quality_contract(self.root, self.project), facts.arch, facts.problems)
         if self.lane.timing is not None and not freeze:
             # the judge times the lane itself: what the child timed in its own process, if anything, is not evidence
             facts.child["advisory_comparisons"] = [str(c.get("comparison", {}).get("ratio")) for c in evidence.comparisons]
@@ -444,11 +344,6 @@ class Judge:
                                               expected.get("reference_medians", {}), facts.problems)
         facts.outputs_seen = sorted({f"{o.get('name')}@{o.get('key')}" for o in evidence.outputs})
 
-    def contract(self) -> Path:
-        """The contract the child's quality session reads (a project without one gets the packaged default)."""
-        raw = self.project.get("quality_contract")
-        return contract_path_for(self.root, str(raw) if raw is not None else None)
-
     def finish(self, lane_history: Any, best: dict[str, Any] | None, changed: list[str] | None,
                child: tuple[Path, int] | None, judged_files: dict[str, str] | None = None) -> int:
 
@@ -458,7 +353,7 @@ class Judge:
         if child is not None:
             self.judge_child(facts, *child, lane_history.genesis.get("expected", {}), freeze=False)
             if judged_files is not None:  # after judging: a file forged for the comparison and left is caught
-                self.check_judged_files_kept(judged_files, facts.problems)
+                self.preflight.check_judged_files_kept(judged_files, facts.problems)
         verdict, detail, row = build(facts, speed=child is not None)
         with uninterrupted():  # a history record without its tip ref (or the reverse) would be 12 for ever
             if lane_history is not None:
