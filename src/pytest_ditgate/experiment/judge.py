@@ -12,10 +12,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import datetime as _dt
-import json
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import threading
@@ -26,19 +24,15 @@ from typing import Any, Iterator
 from pytest_ditgate import git
 from pytest_ditgate.artefacts import resolve_artefact_dir
 from pytest_ditgate.errors import DitgateUsageError
-from pytest_ditgate.experiment import history
-from pytest_ditgate.experiment.bootstrap import CHILD, command
-from pytest_ditgate.experiment.child_output import PrefixedPump
+from pytest_ditgate.experiment import child_process, history
+from pytest_ditgate.experiment.assess import Assessor
 from pytest_ditgate.experiment.policy import recorded_environment
-from pytest_ditgate.experiment.preflight import Preflight, baseline_problems, quality_contract
+from pytest_ditgate.experiment.preflight import Preflight, baseline_problems
 from pytest_ditgate.experiment.record import Facts, build, history_body
-from pytest_ditgate.experiment.rounds import HOST_GAIN_FLOOR, become_subreaper, strays, time_lane
 from pytest_ditgate.experiment.transaction import TreeSnapshot
 from pytest_ditgate.fsutil import atomic_write_json, lock_for
-from pytest_ditgate.judged_run import JUDGE_TIMES_ENV, LANE_BEST, OUT_ENV
 from pytest_ditgate.project_config import load_project_config, string_list
 from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
-from pytest_ditgate.verdict.classify import classify_tagged
 from pytest_ditgate.verdict.ledger import append_experiment, store_best
 from pytest_ditgate.verdict.outcome import EXIT_CODES, Category
 
@@ -103,75 +97,12 @@ class Judge:
         self.artefacts = resolve_artefact_dir(root, env={}, table=self.project)
         self.env = dict(os.environ)
         self.preflight = Preflight(root, self.lock, self.project, self.artefacts, self.env, self.mutable)
+        self.assessor = Assessor(root, self.lane, declared, self.project, self.env)
 
     # -- the child ----------------------------------------------------------------------------------
     def run_child(self, out: Path, *, freeze: bool, best: dict[str, Any] | None) -> int:
-
-
-        out.mkdir(parents=True, exist_ok=False)
-        if best is not None and best.get("candidate_config"):
-            (out / LANE_BEST).write_text(json.dumps(best, default=str))
-        env = self.child_env()
-        env[OUT_ENV] = str(out)
-        if self.lane.timing is not None and not freeze:
-
-            env[JUDGE_TIMES_ENV] = "1"  # the judge times the lane: the child leaves its timing tests out
-        args = ["--ditgate", f"--ditgate-lane={self.lane.name}", f"--ditgate-class={self.declared}",
-                f"--ditgate-dir={out / 'artefacts'}", "-p", "pytest_ditgate.experiment.child",
-                "-p", "no:cacheprovider", "-q", "-rfEs", "--durations=5", *(["--ditgate-freeze"] if freeze else []), *self.lane.tests]
-        print("ditgate: judged run:", "pytest", " ".join(args), flush=True)
-        overlap = cores_to_spare()
-
-        become_subreaper()  # a process the child leaves behind stays the judge's to find and end
-        read_end, write_end = os.pipe()
-        try:
-            child = subprocess.Popen(command(CHILD, str(self.root), *args), cwd=self.root, env=env,
-                                     stdout=write_end, stderr=write_end)
-        finally:
-            os.close(write_end)
-        sys.stdout.flush()
-        pump = PrefixedPump(read_end, sys.stdout, out / "child.log").start()
-        try:
-            if overlap:
-                _warm_imports()  # while the child runs: the comparison's imports cost the judge no wall time
-        finally:
-            returncode = child.wait()
-            left = end_descendants()
-            pump.finish()
-        if left:
-            print(f"ditgate: ended {len(left)} process(es) the child left running: {', '.join(left[:3])}", flush=True)
-        return returncode
-
-    def child_env(self) -> dict[str, str]:
-        """The environment of every process the judge starts: no ditgate or pytest switches, no bytecode."""
-        env = {k: v for k, v in self.env.items() if not k.startswith(("DITGATE_", "PYTEST_"))}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        return env
-
-    def time_lane(self, facts: Any, out: Path) -> list[dict[str, Any]]:
-        """The judge's own timing of the lane (``rounds.py``): the candidate's tree against a read-only checkout
-        of the lane best's commit (for a baseline, of HEAD); the comparisons for the objective."""
-
-        best = facts.best_before
-        commit = (best or {}).get("commit") or git.head(self.root)
-        folder = out.parent / "timing"
-        folder.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        with git.read_only_checkout(self.root, commit, folder) as best_root:
-            comparisons, record = time_lane(self.root, best_root, self.root / str(self.lane.timing), self.child_env(),
-                                            folder, facts.arch, self.lane.min_improvement, facts.problems,
-                                            experiment_class=facts.effective_class or self.declared)
-        record["best_commit"] = git.short(commit)
-        record["seconds"] = round(time.perf_counter() - started, 1)
-        if any(c.get("device") == "cpu" for c in comparisons) and facts.min_improvement < HOST_GAIN_FLOOR:
-            # two processes of the same code differ more on the host than on a device
-            facts.min_improvement = HOST_GAIN_FLOOR
-            record["noise_floor"] = f"{HOST_GAIN_FLOOR:.0%}: timed on the host"
-        facts.child["judge_timing"] = record
-        print(f"ditgate: the judge timed the lane in {record['seconds']:.1f} s: "
-              + "; ".join(f"{c['name']} = {c['ratio']:.4f} (CI {c['ci_low']:.4f}..{c['ci_high']:.4f}, "
-                          f"{c['rounds']} rounds)" for c in comparisons), flush=True)
-        return comparisons
+        """The lane's tests in the child process, writing into ``out``; its exit code."""
+        return child_process.run_child(self.root, self.lane, self.declared, self.env, out, freeze=freeze, best=best)
 
     # -- the two modes ------------------------------------------------------------------------------
     def experiment(self) -> int:
@@ -291,67 +222,14 @@ class Judge:
                                            "required": list(self.lane.required),
                                            "min_improvement": self.lane.min_improvement}})
 
-    def judge_child(self, facts: Any, out: Path, returncode: int, expected: dict[str, Any], *, freeze: bool) -> None:
-        from pytest_ditgate.experiment.evidence import judge_outputs, judge_timings, read_child, required_ran
-
-        evidence = read_child(out)
-        facts.outcomes = list(evidence.outcomes.values())
-        facts.child = {"folder": str(out), "exit_code": returncode, "ran": sorted(evidence.ran),
-                       "observed": {k: evidence.observed.get(k)
-                                    for k in ("modules", "gemms", "tf32_gemms", "ops", "scan_s", "collected")},
-                       "unparsable_lines": evidence.skipped_lines}
-        if returncode not in (0, 1):
-            facts.problems.append((Category.CRASH, f"the lane's pytest run exited with {returncode} "
-                                                   f"({'no tests collected' if returncode == 5 else 'not a test outcome'})"))
-        for line in required_ran(evidence, self.lane.required):
-            facts.problems.append((Category.CRASH, line))
-        observed = evidence.observed
-        if observed.get("observed"):
-            print(f"ditgate: observed in the candidate's process: {observed.get('ops', 0)} ops "
-                  f"({observed.get('gemms', 0)} GEMM/conv), {observed.get('modules', 0)} modules scanned "
-                  f"in {float(observed.get('scan_s') or 0):.2f} s", flush=True)
-        if evidence.ran and not (observed.get("observed") and (observed.get("ops") or observed.get("modules"))):
-            # any op observed is an observation: a softmax or a layernorm kernel runs no GEMM and builds no module,
-            # and its operands are judged like any other's; only a run the observer saw nothing of is unchecked
-            facts.problems.append((Category.INTEGRITY, "class unchecked: the run recorded no observation of what "
-                                                       "executed (no op went through torch's dispatcher, no module "
-                                                       "was alive): see ditgate_candidate.declare in docs/agent_loop.md"))
-        quant = [f"quant: {e}" for e in observed.get("evidence", [])]
-        tagged = quant + [str(e) for e in observed.get("declared", []) if str(e) not in quant]
-        classification = classify_tagged(self.declared, tagged)
-        facts.effective_class = classification.effective
-        facts.class_evidence = list(classification.evidence)
-        facts.candidate_config = observed.get("candidate_config") or None
-        if not freeze:
-            facts.quality = judge_outputs(self.root, evidence, expected.get("outputs", []), classification.effective,
-                                          quality_contract(self.root, self.project), facts.arch, facts.problems)
-        if self.lane.timing is not None and not freeze:
-            # the judge times the lane itself: what the child timed in its own process, if anything, is not evidence
-            facts.child["advisory_comparisons"] = [str(c.get("comparison", {}).get("ratio")) for c in evidence.comparisons]
-            if returncode != 0 or facts.problems:
-                # correct before fast: a candidate already refused is not timed (its wrong outputs would fail the
-                # timing's audit and read as tampering, 12, where they are a quality failure)
-                facts.child["judge_timing"] = {"skipped": "the candidate is refused before its speed matters"}
-                print("ditgate: the judge does not time the lane: the candidate is already refused", flush=True)
-            else:
-                facts.comparisons = self.time_lane(facts, out)
-                measured = {c["name"] for c in facts.comparisons}
-                for name in expected.get("comparisons", []):
-                    if name not in measured:
-                        facts.problems.append((Category.CRASH, f"required comparison {name} was not measured"))
-        else:
-            facts.comparisons = judge_timings(evidence, expected.get("comparisons", []),
-                                              expected.get("reference_medians", {}), facts.problems)
-        facts.outputs_seen = sorted({f"{o.get('name')}@{o.get('key')}" for o in evidence.outputs})
-
     def finish(self, lane_history: Any, best: dict[str, Any] | None, changed: list[str] | None,
                child: tuple[Path, int] | None, judged_files: dict[str, str] | None = None) -> int:
 
-        facts = self.facts(best, changed, arch=_arch() if child is not None else None)
+        facts = self.facts(best, changed, arch=child_process.machine_arch() if child is not None else None)
         if lane_history is not None:
             facts.anchors = {"baseline": lane_history.anchor, "best": (best or {}).get("commit")}
         if child is not None:
-            self.judge_child(facts, *child, lane_history.genesis.get("expected", {}), freeze=False)
+            self.assessor.judge_child(facts, *child, lane_history.genesis.get("expected", {}), freeze=False)
             if judged_files is not None:  # after judging: a file forged for the comparison and left is caught
                 self.preflight.check_judged_files_kept(judged_files, facts.problems)
         verdict, detail, row = build(facts, speed=child is not None)
@@ -409,16 +287,16 @@ class Judge:
         from pytest_ditgate.golden.fixed_paths import write_lock
 
         parent = git.head(self.root)
-        frozen = self.facts(None, None, arch=_arch())
+        frozen = self.facts(None, None, arch=child_process.machine_arch())
         out = self.new_run_folder()
-        self.judge_child(frozen, out, self.run_child(out, freeze=True, best=None), {}, freeze=True)
+        self.assessor.judge_child(frozen, out, self.run_child(out, freeze=True, best=None), {}, freeze=True)
         verdict, detail, row = build(frozen, speed=False)
         if verdict.label != "keep":
             return self.write(verdict, detail, row), False
         facts = self.facts(None, None, arch=frozen.arch)
         facts.description = facts.description or "baseline"
         out = self.new_run_folder()
-        self.judge_child(facts, out, self.run_child(out, freeze=False, best=None),
+        self.assessor.judge_child(facts, out, self.run_child(out, freeze=False, best=None),
                          {"outputs": frozen.outputs_seen}, freeze=False)
         verdict, detail, row = build(facts)
         if verdict.label == "keep" and verdict.objective is None:
@@ -463,57 +341,3 @@ def uninterrupted() -> Iterator[None]:
         signal.signal(signal.SIGINT, previous)
     if held and callable(previous):
         previous(signal.SIGINT, held[0])
-
-
-#: the judge imports what it compares with while the child runs only on a machine with at least this many
-#: usable CPUs. On fewer, its import thread takes a core from the candidate's timed torch threads: on two
-#: cores a no-op's re-measure against the lane best can read 0.79 (CI 0.19..0.92), enough to keep it, because
-#: calls take 1.4 ms or, whenever a thread of the child's pool waits for the core, 5.6 ms (a third of them)
-OVERLAP_MIN_CPUS = 8
-
-
-def end_descendants() -> list[str]:
-    """End every process the judge's children left behind (found as the judge's descendants, which a subreaper
-    keeps them): nothing of a run outlives it, or writes after the verdict. The ones ended, as ``pid (command)``."""
-
-
-    left = strays(set())
-    for entry in left:
-        try:
-            os.kill(int(entry.split(" ", 1)[0]), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-    return left
-
-
-def cores_to_spare() -> bool:
-    """Whether the judge can work beside its child without slowing the child's timed calls."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count() or 1
-    return usable >= OVERLAP_MIN_CPUS
-
-
-def _warm_imports() -> None:
-    """Import what judging the child's evidence needs (torch, safetensors, the quality evaluator and the
-    image metrics it calls: torchmetrics' first import alone takes seconds)."""
-    try:
-        import safetensors.torch  # noqa: F401
-
-        import pytest_ditgate.golden.session  # noqa: F401
-        import pytest_ditgate.quality.evaluate  # noqa: F401
-        _arch()
-    except ImportError:
-        return  # reported where it is needed
-    try:
-        import torchmetrics.functional.image  # noqa: F401
-    except ImportError:
-        pass  # optional: only image metrics need it
-
-
-def _arch() -> str:
-    """This machine's arch (no SDPA probe, no CUDA context: the child is using the device meanwhile)."""
-    from pytest_ditgate.device import device_arch
-
-    return device_arch()
