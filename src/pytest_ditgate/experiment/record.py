@@ -1,7 +1,7 @@
 """The pure part of finishing an experiment: verdict, ledger row, history record, built from facts.
 
-Nothing here writes or runs anything; :mod:`judge` does the guarded writes, so the verdict file, the
-ledger row, the history record and the exit code all come from the one :class:`Verdict` built here.
+Nothing here writes or runs anything; :mod:`judge` and :mod:`publish` do the guarded writes, so the verdict
+file, the ledger row, the history record and the exit code all come from the one :class:`Verdict` built here.
 """
 
 from __future__ import annotations
