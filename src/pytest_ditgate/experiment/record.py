@@ -36,6 +36,8 @@ class Facts:
     child: dict[str, Any] = field(default_factory=dict)
     anchors: dict[str, Any] = field(default_factory=dict)
     min_improvement: float = 0.0
+    #: ``name@key`` of every output the child wrote (a baseline's second run must match the first's)
+    outputs_seen: list[str] = field(default_factory=list)
 
 
 def build(facts: Facts, *, speed: bool = True) -> tuple[Verdict, dict[str, Any], dict[str, Any]]:
