@@ -149,7 +149,7 @@ def test_the_judge_reads_the_projects_weights_as_the_childs_quality_session_does
 def test_the_judge_reads_the_contract_the_childs_quality_session_reads(pytester: pytest.Pytester, project: str) -> None:
     """A project without a contract file is judged by the packaged default in the child; the judge compared
     its outputs with a plain tensor comparator instead, so the two could disagree on the same tensors."""
-    from pytest_ditgate.experiment.judge import Judge
+    from pytest_ditgate.experiment.preflight import quality_contract
     from pytest_ditgate.quality.contract import packaged_contract_path
     from pytest_ditgate.quality.quality_plugin import QualitySession
 
@@ -161,9 +161,8 @@ def test_the_judge_reads_the_contract_the_childs_quality_session_reads(pytester:
         pytester.makepyprojecttoml('[tool.ditgate]\nquality_contract = "contracts/strict.toml"\n')
     config = pytester.parseconfigure(root)
     childs = QualitySession.from_config(config).contract_path
-    judge = Judge.__new__(Judge)  # only what contract() reads
-    judge.root, judge.project = root, ({"quality_contract": "contracts/strict.toml"} if project == "named" else {})
-    assert judge.contract() == childs
+    table = {"quality_contract": "contracts/strict.toml"} if project == "named" else {}
+    assert quality_contract(root, table) == childs
     expected = {"none": packaged_contract_path(), "default_file": root / "fixtures" / "quality_contract.toml",
                 "named": root / "contracts" / "strict.toml"}[project]
     assert childs == expected
@@ -189,22 +188,21 @@ def test_kinds_forged_in_the_childs_record_do_not_turn_the_judges_image_rules_of
 def test_a_contract_outside_the_project_is_hashed_and_a_rewrite_during_the_run_is_integrity(tmp_path: Path) -> None:
     """A contract named by an absolute path lies outside the tree the lock and the golden folder cover: the
     judge hashes it too, so a candidate that rewrites it while its process runs is caught like any fixed file."""
-    from pytest_ditgate.experiment.judge import Judge
+    from pytest_ditgate.experiment.preflight import Preflight
     from pytest_ditgate.golden.fixed_paths import LockSettings
 
     root, outside = tmp_path / "project", tmp_path / "contracts" / "strict.toml"
     (root / "golden").mkdir(parents=True)
     outside.parent.mkdir()
     outside.write_text("[metrics.psnr.numerical]\nmin = 40.0\n")
-    judge = Judge.__new__(Judge)  # only what judged_files() reads
-    judge.root, judge.project = root, {"quality_contract": str(outside)}
-    judge.lock = LockSettings(root, ("golden/",), root / "golden" / "fixed_paths.lock.json")
-    before = judge.judged_files()
+    lock = LockSettings(root, ("golden/",), root / "golden" / "fixed_paths.lock.json")
+    preflight = Preflight(root, lock, {"quality_contract": str(outside)}, root / ".ditgate", env={}, mutable=[])
+    before = preflight.judged_files()
     assert str(outside.resolve()) in before
     problems: list[tuple[Category, str]] = []
-    judge.check_judged_files_kept(before, problems)
+    preflight.check_judged_files_kept(before, problems)
     assert problems == []
     outside.write_text("[metrics.psnr.numerical]\nmin = 0.0\n")  # the candidate loosens the contract
-    judge.check_judged_files_kept(before, problems)
+    preflight.check_judged_files_kept(before, problems)
     assert problems == [(Category.INTEGRITY, f"{outside.resolve()}: rewritten while the candidate's process ran "
                                              "(a fixed file the judge reads)")]

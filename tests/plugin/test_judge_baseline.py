@@ -281,7 +281,7 @@ def test_a_lane_over_a_kernel_without_gemm_or_module_is_judged(tmp_path: Path) -
 
 def test_the_judge_holds_ctrl_c_back_while_it_writes_a_history_record() -> None:
     """A history record without its tip ref (or the reverse) makes the lane 12 for ever: Ctrl-C waits."""
-    from pytest_ditgate.experiment.judge import uninterrupted
+    from pytest_ditgate.experiment.transaction import uninterrupted
 
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     written = []

@@ -169,9 +169,10 @@ def test_the_judge_does_not_slow_its_childs_timed_calls(judged_no_op) -> None:
 def test_the_judge_works_beside_its_child_only_with_cores_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
     import os
 
-    from pytest_ditgate.experiment import judge
+    from pytest_ditgate.experiment import child_process
 
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(2)), raising=False)
-    assert judge.cores_to_spare() is False
-    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(judge.OVERLAP_MIN_CPUS)), raising=False)
-    assert judge.cores_to_spare() is True
+    assert child_process.cores_to_spare() is False
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(child_process.OVERLAP_MIN_CPUS)),
+                        raising=False)
+    assert child_process.cores_to_spare() is True

@@ -5,50 +5,41 @@ bytecode, no current folder on ``sys.path``. It checks the environment, the fixe
 history and the scope against the lane's anchors; runs the lane's tests in ONE child pytest process that
 writes outputs and timing samples to a fresh folder; judges that evidence with fixed code; and writes the
 verdict, the ledger row and the history record, all from one :class:`~pytest_ditgate.verdict.Verdict`.
+
+This module puts the steps in order; each lives in a module of its own: the checks before and around the
+run (``preflight.py``), the child (``child_process.py``), its evidence and the judge's timing of the lane
+(``assess.py``), the verdict (``record.py``) and where it goes (``publish.py``), and a baseline's writes (``baseline.py``).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime as _dt
-import json
 import os
-import signal
-import subprocess
 import sys
 import tempfile
-import threading
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from pytest_ditgate import git
 from pytest_ditgate.artefacts import resolve_artefact_dir
 from pytest_ditgate.errors import DitgateUsageError
-from pytest_ditgate.experiment import history
-from pytest_ditgate.experiment.bootstrap import CHILD, command
-from pytest_ditgate.experiment.child_output import PrefixedPump
-from pytest_ditgate.experiment.policy import recorded_environment, refused_environment
-from pytest_ditgate.experiment.preflight import baseline_problems, uncommitted_changes
+from pytest_ditgate.experiment import child_process, history
+from pytest_ditgate.experiment.assess import Assessor
+from pytest_ditgate.experiment.baseline import BaselineTransaction
+from pytest_ditgate.experiment.policy import recorded_environment
+from pytest_ditgate.experiment.preflight import Preflight, baseline_problems
+from pytest_ditgate.experiment.publish import Publisher
 from pytest_ditgate.experiment.record import Facts, build, history_body
-from pytest_ditgate.experiment.rounds import HOST_GAIN_FLOOR, become_subreaper, strays, time_lane
-from pytest_ditgate.experiment.transaction import TreeSnapshot
-from pytest_ditgate.fsutil import atomic_write_json, lock_for
-from pytest_ditgate.golden.store import sha256_bytes
-from pytest_ditgate.judged_run import JUDGE_TIMES_ENV, LANE_BEST, OUT_ENV
+from pytest_ditgate.experiment.transaction import uninterrupted
+from pytest_ditgate.fsutil import lock_for
 from pytest_ditgate.project_config import load_project_config, string_list
-from pytest_ditgate.quality.contract import contract_path_for
 from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
-from pytest_ditgate.verdict.classify import classify_tagged
-from pytest_ditgate.verdict.ledger import append_experiment, store_best
-from pytest_ditgate.verdict.outcome import EXIT_CODES, Category
-from pytest_ditgate.verdict.scope import scope_problems
+from pytest_ditgate.verdict.outcome import EXIT_CODES, Category, Verdict
 
 #: exit status of a run that cannot start (an unknown lane, a setting, a tree that is not ready), as pytest's
 EXIT_USAGE = 4
-VERDICT_FILE = "verdict.json"
 RUNS_DIR = "runs"
 
 
@@ -85,6 +76,8 @@ def main(argv: list[str]) -> int:
 
 
 class Judge:
+    """One run of the judge on one lane: an experiment or a baseline, step by step."""
+
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
         from pytest_ditgate.verdict.lane import load_lane
         from pytest_ditgate.golden.fixed_paths import LockSettings
@@ -99,174 +92,16 @@ class Judge:
         except DitgateUsageError as exc:
             raise Refused(str(exc)) from None
         declared = self.lane.default_class if args.cls is None else args.cls
-
         if declared not in EXPERIMENT_CLASSES:
             raise Refused(f"--class {declared!r}: choose from {', '.join(EXPERIMENT_CLASSES)}")
         self.declared = declared
         # DITGATE_DIR is refused below, so the artefact folder is the project's
         self.artefacts = resolve_artefact_dir(root, env={}, table=self.project)
-        self.problems: list[tuple[Category, str]] = []
         self.env = dict(os.environ)
-        #: relative path -> sha256 of every fixed file, as check_lock found them
-        self.fixed_files: dict[str, str] | None = None
-
-    # -- preflight: what is checked before anything runs --------------------------------------------
-    def fixed_patterns(self) -> list[str]:
-        lock_rel = self.lock.lock_path.relative_to(self.root).as_posix()
-        return [*self.lock.patterns, lock_rel, "golden/"]
-
-    def check_environment(self) -> None:
-        for line in refused_environment(self.env, self.root, self.fixed_patterns()):
-            self.problems.append((Category.INTEGRITY, line))
-
-    def check_lock(self) -> None:
-        from pytest_ditgate.golden.fixed_paths import evaluate_lock, expand
-
-        self.fixed_files = expand(self.lock)  # hashed once: check_own_modules needs the same list
-        verdict = evaluate_lock(self.lock, now=self.fixed_files)
-        for line in verdict.lines() if verdict.changed else []:
-            self.problems.append((Category.INTEGRITY, f"fixed paths: {line.strip()}"))
-
-    def judged_files(self, known: dict[str, str] | None = None) -> dict[str, str]:
-        """sha256 of every file the judge reads once the child ran: the lock's files (the classifier's module
-        and weights among them), and the goldens, their manifest and the quality contract even where the lock
-        does not name them. ``known``: digests taken a moment before (no candidate code ran since). A contract
-        outside the project (an absolute path, the packaged default of an installed plugin) is hashed too,
-        under its absolute path."""
-
-        from pytest_ditgate.golden.fixed_paths import expand
-
-        extras = ["golden/"]
-        contract = self.contract()
-        relative = self._relative(contract)
-        if relative:
-            extras.append(relative.rstrip("/"))
-        digests = expand(replace(self.lock, patterns=tuple(dict.fromkeys([*self.lock.patterns, *extras]))), known)
-        if not relative:
-            try:
-                digests[str(contract.resolve())] = sha256_bytes(contract.read_bytes())
-            except OSError:
-                pass  # no contract to read: the quality session in the child says so
-        return digests
-
-    def check_judged_files_kept(self, before: dict[str, str], problems: list[tuple[Category, str]]) -> None:
-        """The candidate's process runs as this user: it could rewrite a golden, its manifest or the contract
-        while it runs, and be judged against its own. What the judge read must be what it hashed before."""
-        now = self.judged_files()
-        for path in sorted(before.keys() | now.keys()):
-            if before.get(path) != now.get(path):
-                what = "removed" if path not in now else "added" if path not in before else "rewritten"
-                problems.append((Category.INTEGRITY, f"{path}: {what} while the candidate's process ran (a fixed "
-                                                     "file the judge reads)"))
-
-    def check_own_modules(self) -> None:
-        """Every module this process imported from inside the project must be a locked, unchanged file."""
-        from pytest_ditgate.golden.fixed_paths import expand
-
-        locked = self.fixed_files if self.fixed_files is not None else expand(self.lock)
-        real_root = self.root.resolve()
-        for name, module in sorted(sys.modules.items()):
-            file = getattr(module, "__file__", None)
-            if not file:
-                continue
-            try:
-                relative = Path(file).resolve().relative_to(real_root).as_posix()
-            except ValueError:
-                continue
-            if relative.startswith((".venv/", "venv/")) or "/site-packages/" in relative:
-                continue
-            if relative not in locked:
-                self.problems.append((Category.INTEGRITY, f"the judge imported {name} from {relative}, which the "
-                                                          "fixed-paths lock does not cover"))
-
-    def check_scope(self, anchors: list[tuple[str, str]]) -> list[str]:
-        artefacts = self._relative(self.artefacts)
-        fixed = self.fixed_patterns()
-        changed: set[str] = set()
-        for label, commit in anchors:
-            try:
-                paths = git.changed_since(self.root, commit)
-            except git.GitError as exc:
-                self.problems.append((Category.INTEGRITY, f"cannot diff against the {label} {commit[:12]}: {exc}"))
-                continue
-            changed.update(p for p in paths if not (artefacts and (p + "/").startswith(artefacts)))
-        self.problems.extend(scope_problems(sorted(changed), self.mutable, fixed))
-        return sorted(changed)
-
-    def _relative(self, path: Path) -> str | None:
-        try:
-            return path.resolve().relative_to(self.root.resolve()).as_posix() + "/"
-        except ValueError:
-            return None
-
-    # -- the child ----------------------------------------------------------------------------------
-    def run_child(self, out: Path, *, freeze: bool, best: dict[str, Any] | None) -> int:
-
-
-        out.mkdir(parents=True, exist_ok=False)
-        if best is not None and best.get("candidate_config"):
-            (out / LANE_BEST).write_text(json.dumps(best, default=str))
-        env = self.child_env()
-        env[OUT_ENV] = str(out)
-        if self.lane.timing is not None and not freeze:
-
-            env[JUDGE_TIMES_ENV] = "1"  # the judge times the lane: the child leaves its timing tests out
-        args = ["--ditgate", f"--ditgate-lane={self.lane.name}", f"--ditgate-class={self.declared}",
-                f"--ditgate-dir={out / 'artefacts'}", "-p", "pytest_ditgate.experiment.child",
-                "-p", "no:cacheprovider", "-q", "-rfEs", "--durations=5", *(["--ditgate-freeze"] if freeze else []), *self.lane.tests]
-        print("ditgate: judged run:", "pytest", " ".join(args), flush=True)
-        overlap = cores_to_spare()
-
-        become_subreaper()  # a process the child leaves behind stays the judge's to find and end
-        read_end, write_end = os.pipe()
-        try:
-            child = subprocess.Popen(command(CHILD, str(self.root), *args), cwd=self.root, env=env,
-                                     stdout=write_end, stderr=write_end)
-        finally:
-            os.close(write_end)
-        sys.stdout.flush()
-        pump = PrefixedPump(read_end, sys.stdout, out / "child.log").start()
-        try:
-            if overlap:
-                _warm_imports()  # while the child runs: the comparison's imports cost the judge no wall time
-        finally:
-            returncode = child.wait()
-            left = end_descendants()
-            pump.finish()
-        if left:
-            print(f"ditgate: ended {len(left)} process(es) the child left running: {', '.join(left[:3])}", flush=True)
-        return returncode
-
-    def child_env(self) -> dict[str, str]:
-        """The environment of every process the judge starts: no ditgate or pytest switches, no bytecode."""
-        env = {k: v for k, v in self.env.items() if not k.startswith(("DITGATE_", "PYTEST_"))}
-        env["PYTHONDONTWRITEBYTECODE"] = "1"
-        return env
-
-    def time_lane(self, facts: Any, out: Path) -> list[dict[str, Any]]:
-        """The judge's own timing of the lane (``rounds.py``): the candidate's tree against a read-only checkout
-        of the lane best's commit (for a baseline, of HEAD); the comparisons for the objective."""
-
-        best = facts.best_before
-        commit = (best or {}).get("commit") or git.head(self.root)
-        folder = out.parent / "timing"
-        folder.mkdir(parents=True, exist_ok=True)
-        started = time.perf_counter()
-        with git.read_only_checkout(self.root, commit, folder) as best_root:
-            comparisons, record = time_lane(self.root, best_root, self.root / str(self.lane.timing), self.child_env(),
-                                            folder, facts.arch, self.lane.min_improvement, facts.problems,
-                                            experiment_class=facts.effective_class or self.declared)
-        record["best_commit"] = git.short(commit)
-        record["seconds"] = round(time.perf_counter() - started, 1)
-        if any(c.get("device") == "cpu" for c in comparisons) and facts.min_improvement < HOST_GAIN_FLOOR:
-            # two processes of the same code differ more on the host than on a device
-            facts.min_improvement = HOST_GAIN_FLOOR
-            record["noise_floor"] = f"{HOST_GAIN_FLOOR:.0%}: timed on the host"
-        facts.child["judge_timing"] = record
-        print(f"ditgate: the judge timed the lane in {record['seconds']:.1f} s: "
-              + "; ".join(f"{c['name']} = {c['ratio']:.4f} (CI {c['ci_low']:.4f}..{c['ci_high']:.4f}, "
-                          f"{c['rounds']} rounds)" for c in comparisons), flush=True)
-        return comparisons
+        self.preflight = Preflight(root, self.lock, self.project, self.artefacts, self.env, self.mutable)
+        self.assessor = Assessor(root, self.lane, declared, self.project, self.env)
+        self.transaction = BaselineTransaction(root, self.lock, self.artefacts, self.lane.name)
+        self.publisher = Publisher(self.artefacts, self.lane.name)
 
     # -- the two modes ------------------------------------------------------------------------------
     def experiment(self) -> int:
@@ -274,32 +109,16 @@ class Judge:
 
         path = history.history_path(self.artefacts, self.lane.name)
         with lock_for(path.with_suffix(".run")):  # concurrent experiments on one lane run one after the other
-            self.check_environment()
-            self.check_lock()
-            self.check_own_modules()
+            self.preflight.check_environment()
+            self.preflight.check_lock()
+            self.preflight.check_own_modules()
             genesis = (read_lock(self.lock).get("lanes") or {}).get(self.lane.name, {}).get("genesis")
-            lane_history = None
-            best = None
-            changed = None
-            try:
-                lane_history = history.read_history(self.root, self.artefacts, self.lane.name, genesis_hash=genesis)
-                best = lane_history.best()
-                anchor = lane_history.anchor
-                if anchor is None or not git.is_ancestor(self.root, anchor):
-                    raise history.HistoryError(f"the lane's baseline commit {anchor} is not an ancestor of HEAD")
-                changed = self.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])])
-            except history.HistoryError as exc:
-                self.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
-            if self.problems:
+            lane_history, best, changed = self.read_history(genesis)
+            if self.preflight.problems:
                 return self.finish(lane_history, best, changed, None)
-            dirty = uncommitted_changes(self.root, self.artefacts, self.mutable)
-            if dirty:  # HEAD lacks them: a verdict recorded under HEAD would name code it never saw
-                shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
-                print(f"ditgate: refused: the working tree has uncommitted changes ({shown}); the judge judges the "
-                      "checked-out commit, which lacks them: commit them (or stash them) and run again",
-                      file=sys.stderr)
+            if self.preflight.refuse_uncommitted():
                 return EXIT_USAGE
-            judged_files = self.judged_files(known=self.fixed_files)  # the lock's files are hashed already
+            judged_files = self.preflight.judged_files(known=self.preflight.fixed_files)  # the lock's: hashed
             out = self.new_run_folder()
             before = time.perf_counter()
             returncode = self.run_child(out, freeze=False, best=best)
@@ -316,192 +135,51 @@ class Judge:
         written before: exit 4 naming the problem); then the run, the lock, the commit and the history either
         all happen, or the tree is put back as it was (``transaction.py``)."""
 
-        path = history.history_path(self.artefacts, self.lane.name)
-        if self.baselined():
-            return self.refuse_second_baseline()
-        problems = baseline_problems(self.root, self.project, self.lane.tests, self.artefacts, path, self.store)
+        transaction = self.transaction
+        if transaction.recorded():
+            return transaction.refuse_second()
+        problems = baseline_problems(self.root, self.project, self.lane.tests, self.artefacts,
+                                     transaction.history_file, transaction.store)
         if problems:
             for problem in problems:
                 print(f"ditgate: cannot record a baseline: {problem}", file=sys.stderr)
             return EXIT_USAGE
-        with lock_for(path.with_suffix(".run")):
-            if self.baselined():  # another baseline of this lane finished while this one waited
-                return self.refuse_second_baseline()
-            self.check_environment()
-            if self.problems:
-                return self.report(self.finish_baseline_refused())
-            self.check_lock()
-            lock_changes = [text for _, text in self.problems]
-            self.problems = []  # the maintainer's baseline relocks; what changed is recorded for review
-            snapshot = TreeSnapshot.take(self.root, rewritten=[self.lock.lock_path, self.store / "manifest.json"],
-                                         store=self.store, history=path, ref=history.ref_name(self.lane.name))
+        with lock_for(transaction.history_file.with_suffix(".run")):
+            if transaction.recorded():  # another baseline of this lane finished while this one waited
+                return transaction.refuse_second()
+            self.preflight.check_environment()
+            if self.preflight.problems:
+                return self.publisher.report(self.finish_baseline_refused())
+            self.preflight.check_lock()
+            lock_changes = [text for _, text in self.preflight.problems]
+            self.preflight.problems.clear()  # the maintainer's baseline relocks; what changed is recorded for review
+            snapshot = transaction.snapshot()
             try:
                 code, committed = self.record_baseline(lock_changes)
             except BaseException as exc:
-                self.undo(snapshot, f"stopped by {type(exc).__name__}" + (f": {exc}" if str(exc) else ""))
+                transaction.undo(snapshot, f"stopped by {type(exc).__name__}" + (f": {exc}" if str(exc) else ""))
                 if isinstance(exc, KeyboardInterrupt):
                     return 130
                 return EXIT_CODES["crash"]
             if not committed:
-                self.undo(snapshot, f"the baseline run was not green (exit code {code})")
+                transaction.undo(snapshot, f"the baseline run was not green (exit code {code})")
             return code
 
-    @property
-    def store(self) -> Path:
-        """The golden store the lane's tests freeze into (the judge reads the project's ``golden/``)."""
-        return self.root / "golden"
-
-    def baselined(self) -> bool:
-        from pytest_ditgate.golden.fixed_paths import read_lock
-
-        lanes = read_lock(self.lock).get("lanes") or {}
-        return self.lane.name in lanes or git.read_blob_ref(self.root, history.ref_name(self.lane.name)) is not None
-
-    def refuse_second_baseline(self) -> int:
-        print(f"ditgate: lane {self.lane.name!r} already has a baseline (a baseline is recorded once; "
-              "declare a new lane for a new one)", file=sys.stderr)
-        return 2
-
-    def undo(self, snapshot: Any, why: str) -> None:
-        """Put the tree back as the snapshot found it, saying why and what could not be put back."""
-        problems = snapshot.restore()
-        print(f"ditgate: baseline of lane {self.lane.name!r} not recorded ({why}); the tree is as it was before "
-              "(no goldens, lock change, commit or history kept)" if not problems else
-              f"ditgate: baseline of lane {self.lane.name!r} not recorded ({why}); could NOT restore: "
-              + "; ".join(problems), file=sys.stderr)
-        for note in snapshot.notes:
-            print(f"ditgate: {note}", file=sys.stderr)
-
-    # -- deciding and writing -----------------------------------------------------------------------
-    def new_run_folder(self) -> Path:
-        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
-        base = self.artefacts / RUNS_DIR
-        base.mkdir(parents=True, exist_ok=True)
-        return Path(tempfile.mkdtemp(prefix=f"{self.lane.name}-{stamp}-", dir=base)) / "child"
-
-    def facts(self, best: dict[str, Any] | None, changed: list[str] | None, *, arch: str | None = None) -> Any:
-        head = git.head(self.root)
-        return Facts(lane=self.lane.name, declared_class=self.declared, effective_class=self.declared,
-                     class_evidence=[], description=self.args.description, commit=git.short(head),
-                     parent=git.short(git.rev(self.root, "HEAD^")), arch=arch or "", problems=self.problems,
-                     best_before=best, changed_paths=changed, min_improvement=self.lane.min_improvement,
-                     environment={"variables": recorded_environment(self.env), "python": sys.executable,
-                                  "plugin": str(Path(__file__).resolve().parents[1]),
-                                  "lane": {"tests": list(self.lane.tests), "class": self.lane.default_class,
-                                           "required": list(self.lane.required),
-                                           "min_improvement": self.lane.min_improvement}})
-
-    def judge_child(self, facts: Any, out: Path, returncode: int, expected: dict[str, Any], *, freeze: bool) -> None:
-        from pytest_ditgate.experiment.evidence import judge_outputs, judge_timings, read_child, required_ran
-
-        evidence = read_child(out)
-        facts.outcomes = list(evidence.outcomes.values())
-        facts.child = {"folder": str(out), "exit_code": returncode, "ran": sorted(evidence.ran),
-                       "observed": {k: evidence.observed.get(k)
-                                    for k in ("modules", "gemms", "tf32_gemms", "ops", "scan_s", "collected")},
-                       "unparsable_lines": evidence.skipped_lines}
-        if returncode not in (0, 1):
-            facts.problems.append((Category.CRASH, f"the lane's pytest run exited with {returncode} "
-                                                   f"({'no tests collected' if returncode == 5 else 'not a test outcome'})"))
-        for line in required_ran(evidence, self.lane.required):
-            facts.problems.append((Category.CRASH, line))
-        observed = evidence.observed
-        if observed.get("observed"):
-            print(f"ditgate: observed in the candidate's process: {observed.get('ops', 0)} ops "
-                  f"({observed.get('gemms', 0)} GEMM/conv), {observed.get('modules', 0)} modules scanned "
-                  f"in {float(observed.get('scan_s') or 0):.2f} s", flush=True)
-        if evidence.ran and not (observed.get("observed") and (observed.get("ops") or observed.get("modules"))):
-            # any op observed is an observation: a softmax or a layernorm kernel runs no GEMM and builds no module,
-            # and its operands are judged like any other's; only a run the observer saw nothing of is unchecked
-            facts.problems.append((Category.INTEGRITY, "class unchecked: the run recorded no observation of what "
-                                                       "executed (no op went through torch's dispatcher, no module "
-                                                       "was alive): see ditgate_candidate.declare in docs/agent_loop.md"))
-        quant = [f"quant: {e}" for e in observed.get("evidence", [])]
-        tagged = quant + [str(e) for e in observed.get("declared", []) if str(e) not in quant]
-        classification = classify_tagged(self.declared, tagged)
-        facts.effective_class = classification.effective
-        facts.class_evidence = list(classification.evidence)
-        facts.candidate_config = observed.get("candidate_config") or None
-        if not freeze:
-            facts.quality = judge_outputs(self.root, evidence, expected.get("outputs", []), classification.effective,
-                                          self.contract(), facts.arch, facts.problems)
-        if self.lane.timing is not None and not freeze:
-            # the judge times the lane itself: what the child timed in its own process, if anything, is not evidence
-            facts.child["advisory_comparisons"] = [str(c.get("comparison", {}).get("ratio")) for c in evidence.comparisons]
-            if returncode != 0 or facts.problems:
-                # correct before fast: a candidate already refused is not timed (its wrong outputs would fail the
-                # timing's audit and read as tampering, 12, where they are a quality failure)
-                facts.child["judge_timing"] = {"skipped": "the candidate is refused before its speed matters"}
-                print("ditgate: the judge does not time the lane: the candidate is already refused", flush=True)
-            else:
-                facts.comparisons = self.time_lane(facts, out)
-                measured = {c["name"] for c in facts.comparisons}
-                for name in expected.get("comparisons", []):
-                    if name not in measured:
-                        facts.problems.append((Category.CRASH, f"required comparison {name} was not measured"))
-        else:
-            facts.comparisons = judge_timings(evidence, expected.get("comparisons", []),
-                                              expected.get("reference_medians", {}), facts.problems)
-        facts.outputs_seen = sorted({f"{o.get('name')}@{o.get('key')}" for o in evidence.outputs})
-
-    def contract(self) -> Path:
-        """The contract the child's quality session reads (a project without one gets the packaged default)."""
-        raw = self.project.get("quality_contract")
-        return contract_path_for(self.root, str(raw) if raw is not None else None)
-
-    def finish(self, lane_history: Any, best: dict[str, Any] | None, changed: list[str] | None,
-               child: tuple[Path, int] | None, judged_files: dict[str, str] | None = None) -> int:
-
-        facts = self.facts(best, changed, arch=_arch() if child is not None else None)
-        if lane_history is not None:
-            facts.anchors = {"baseline": lane_history.anchor, "best": (best or {}).get("commit")}
-        if child is not None:
-            self.judge_child(facts, *child, lane_history.genesis.get("expected", {}), freeze=False)
-            if judged_files is not None:  # after judging: a file forged for the comparison and left is caught
-                self.check_judged_files_kept(judged_files, facts.problems)
-        verdict, detail, row = build(facts, speed=child is not None)
-        with uninterrupted():  # a history record without its tip ref (or the reverse) would be 12 for ever
-            if lane_history is not None:
-                try:
-                    record = history.seal(self.lane.name, history_body(verdict, detail), lane_history.tip)
-                    history.append(self.root, lane_history.path, record)
-                    self.mirror_best(record.get("best"), facts.arch)
-                except Exception as exc:  # the history is the truth: no record, no KEEP
-                    facts.problems.append((Category.CRASH, f"could not append to the lane history: {exc}"))
-                    verdict, detail, row = build(facts, speed=False)
-            return self.write(verdict, detail, row)
-
-    def mirror_best(self, best: dict[str, Any] | None, arch: str | None) -> None:
-        """Copy a new best to ``<artefacts>/best/`` for advisory ``--ditgate-lane`` runs (best effort; the
-        judge itself only ever reads the lane's history)."""
-
-        if best is None or arch is None:
-            return
+    # -- the steps ----------------------------------------------------------------------------------
+    def read_history(self, genesis: str | None) -> tuple[Any, dict[str, Any] | None, list[str] | None]:
+        """The lane's history, its best and the paths changed since the anchors (each None where the history
+        does not hold, which is a problem)."""
+        lane_history = best = changed = None
         try:
-            store_best(self.artefacts, self.lane.name, arch, best)
-        except OSError as exc:
-            print(f"ditgate: could not mirror the lane best under {self.artefacts}: {exc}", file=sys.stderr)
-
-    def write(self, verdict: Any, detail: dict[str, Any], row: dict[str, Any]) -> int:
-        try:
-            append_experiment(self.artefacts, row, detail)
-            atomic_write_json(self.artefacts / VERDICT_FILE, detail)
-        except OSError as exc:
-            print(f"ditgate: could not write the ledger under {self.artefacts}: {exc}", file=sys.stderr)
-            return EXIT_CODES["crash"]
-        return self.report(verdict, detail.get("quality"))
-
-    def report(self, verdict: Any, quality: list[dict[str, Any]] | None = None) -> int:
-        print("\n".join(verdict.lines()))
-        for note in sorted({q["judged_on"] for q in quality or () if q.get("judged_on")}):
-            print(f"note: {note}")
-        print(f"verdict: {self.artefacts / VERDICT_FILE}")
-        return verdict.exit_code
-
-    def finish_baseline_refused(self) -> Any:
-        verdict, detail, row = build(self.facts(None, None), speed=False)
-        self.write(verdict, detail, row)
-        return verdict
+            lane_history = history.read_history(self.root, self.artefacts, self.lane.name, genesis_hash=genesis)
+            best = lane_history.best()
+            anchor = lane_history.anchor
+            if anchor is None or not git.is_ancestor(self.root, anchor):
+                raise history.HistoryError(f"the lane's baseline commit {anchor} is not an ancestor of HEAD")
+            changed = self.preflight.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])])
+        except history.HistoryError as exc:
+            self.preflight.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
+        return lane_history, best, changed
 
     def record_baseline(self, lock_changes: list[str]) -> tuple[int, bool]:
         """Two runs of the lane's tests, then the lock, the commit and the history: ``(exit code, committed)``.
@@ -511,114 +189,80 @@ class Judge:
         0.114 where later runs of the same code read 0.076) keeps the first no-op after a baseline as a
         speedup. The second run must also match the goldens the first froze: a lane whose outputs change from
         run to run has no baseline."""
-        from pytest_ditgate.golden.fixed_paths import write_lock
-
         parent = git.head(self.root)
-        frozen = self.facts(None, None, arch=_arch())
+        frozen = self.facts(None, None, arch=child_process.machine_arch())
         out = self.new_run_folder()
-        self.judge_child(frozen, out, self.run_child(out, freeze=True, best=None), {}, freeze=True)
+        self.assessor.judge_child(frozen, out, self.run_child(out, freeze=True, best=None), {}, freeze=True)
         verdict, detail, row = build(frozen, speed=False)
         if verdict.label != "keep":
-            return self.write(verdict, detail, row), False
+            return self.publisher.write(verdict, detail, row), False
         facts = self.facts(None, None, arch=frozen.arch)
         facts.description = facts.description or "baseline"
         out = self.new_run_folder()
-        self.judge_child(facts, out, self.run_child(out, freeze=False, best=None),
-                         {"outputs": frozen.outputs_seen}, freeze=False)
+        self.assessor.judge_child(facts, out, self.run_child(out, freeze=False, best=None),
+                                  {"outputs": frozen.outputs_seen}, freeze=False)
         verdict, detail, row = build(facts)
         if verdict.label == "keep" and verdict.objective is None:
             facts.problems.append((Category.CRASH, "the baseline run made no side-by-side comparison"))
             verdict, detail, row = build(facts, speed=False)
         if verdict.label != "keep":
-            return self.write(verdict, detail, row), False
-        expected = {"outputs": facts.outputs_seen,
-                    "comparisons": sorted(c["name"] for c in facts.comparisons if not c["versus_best"]),
-                    "reference_medians": {c["name"]: c["reference_median_ms"] for c in facts.comparisons}}
-        genesis = history.seal(self.lane.name, {"kind": "genesis", "parent": parent, "time_utc": detail["time_utc"],
-                                                "expected": expected, "lock_changes": lock_changes}, None)
-        write_lock(self.lock, lanes={self.lane.name: {"genesis": genesis["hash"]}})
-        anchor = git.commit_all(self.root, f"ditgate baseline: lane {self.lane.name}")
-        detail["commit"] = row["commit"] = git.short(anchor)
-        path = history.history_path(self.artefacts, self.lane.name)
-        history.append(self.root, path, genesis)
-        best = {"objective": {k: verdict.objective[k] for k in ("ratio", "ci_low", "ci_high", "metric")},
-                "commit": anchor, "time_utc": detail["time_utc"], "candidate_config": facts.candidate_config,
-                "comparisons": facts.comparisons}
-        history.append(self.root, path, history.seal(self.lane.name, {"kind": "anchor", "anchor": anchor,
-                                                                      "best": best}, genesis))
-        self.mirror_best(best, facts.arch)
-        print(f"ditgate: lane {self.lane.name!r}: baseline committed as {anchor[:12]}; history {path}")
-        return self.write(verdict, detail, row), True
+            return self.publisher.write(verdict, detail, row), False
+        best = self.transaction.commit(parent, facts, verdict, detail, row, lock_changes)
+        self.publisher.mirror_best(best, facts.arch)
+        print(f"ditgate: lane {self.lane.name!r}: baseline committed as {best['commit'][:12]}; "
+              f"history {self.transaction.history_file}")
+        return self.publisher.write(verdict, detail, row), True
 
+    def run_child(self, out: Path, *, freeze: bool, best: dict[str, Any] | None) -> int:
+        """The lane's tests in the child process, writing into ``out``; its exit code."""
+        return child_process.run_child(self.root, self.lane, self.declared, self.env, out, freeze=freeze, best=best)
 
-@contextlib.contextmanager
-def uninterrupted() -> Iterator[None]:
-    """Hold Ctrl-C (SIGINT) back until the block is done: the records it writes belong together. A signal that
-    came meanwhile goes to the handler it was meant for when the block ends. (A handler, not a signal mask: in a
-    process with threads, such as one that imported torch, a masked signal is taken by another thread.)"""
+    def new_run_folder(self) -> Path:
+        """A fresh folder under ``<artefacts>/runs/`` for one child's evidence."""
+        stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        base = self.artefacts / RUNS_DIR
+        base.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=f"{self.lane.name}-{stamp}-", dir=base)) / "child"
 
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread receives signals, and may set a handler
-        return
-    held: list[Any] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous)
-    if held and callable(previous):
-        previous(signal.SIGINT, held[0])
+    def facts(self, best: dict[str, Any] | None, changed: list[str] | None, *, arch: str | None = None) -> Facts:
+        """The facts of this run before the child's evidence: the commit, the lane, the environment."""
+        head = git.head(self.root)
+        return Facts(lane=self.lane.name, declared_class=self.declared, effective_class=self.declared,
+                     class_evidence=[], description=self.args.description, commit=git.short(head),
+                     parent=git.short(git.rev(self.root, "HEAD^")), arch=arch or "", problems=self.preflight.problems,
+                     best_before=best, changed_paths=changed, min_improvement=self.lane.min_improvement,
+                     environment={"variables": recorded_environment(self.env), "python": sys.executable,
+                                  "plugin": str(Path(__file__).resolve().parents[1]),
+                                  "lane": {"tests": list(self.lane.tests), "class": self.lane.default_class,
+                                           "required": list(self.lane.required),
+                                           "min_improvement": self.lane.min_improvement}})
 
+    # -- deciding and writing -----------------------------------------------------------------------
+    def finish(self, lane_history: Any, best: dict[str, Any] | None, changed: list[str] | None,
+               child: tuple[Path, int] | None, judged_files: dict[str, str] | None = None) -> int:
+        """Judge the child's evidence (if it ran), build the verdict, append it to the lane's history and write
+        it; the exit code."""
+        facts = self.facts(best, changed, arch=child_process.machine_arch() if child is not None else None)
+        if lane_history is not None:
+            facts.anchors = {"baseline": lane_history.anchor, "best": (best or {}).get("commit")}
+        if child is not None:
+            self.assessor.judge_child(facts, *child, lane_history.genesis.get("expected", {}), freeze=False)
+            if judged_files is not None:  # after judging: a file forged for the comparison and left is caught
+                self.preflight.check_judged_files_kept(judged_files, facts.problems)
+        verdict, detail, row = build(facts, speed=child is not None)
+        with uninterrupted():  # a history record without its tip ref (or the reverse) would be 12 for ever
+            if lane_history is not None:
+                try:
+                    record = history.seal(self.lane.name, history_body(verdict, detail), lane_history.tip)
+                    history.append(self.root, lane_history.path, record)
+                    self.publisher.mirror_best(record.get("best"), facts.arch)
+                except Exception as exc:  # the history is the truth: no record, no KEEP
+                    facts.problems.append((Category.CRASH, f"could not append to the lane history: {exc}"))
+                    verdict, detail, row = build(facts, speed=False)
+            return self.publisher.write(verdict, detail, row)
 
-#: the judge imports what it compares with while the child runs only on a machine with at least this many
-#: usable CPUs. On fewer, its import thread takes a core from the candidate's timed torch threads: on two
-#: cores a no-op's re-measure against the lane best can read 0.79 (CI 0.19..0.92), enough to keep it, because
-#: calls take 1.4 ms or, whenever a thread of the child's pool waits for the core, 5.6 ms (a third of them)
-OVERLAP_MIN_CPUS = 8
-
-
-def end_descendants() -> list[str]:
-    """End every process the judge's children left behind (found as the judge's descendants, which a subreaper
-    keeps them): nothing of a run outlives it, or writes after the verdict. The ones ended, as ``pid (command)``."""
-
-
-    left = strays(set())
-    for entry in left:
-        try:
-            os.kill(int(entry.split(" ", 1)[0]), signal.SIGKILL)
-        except (OSError, ValueError):
-            pass
-    return left
-
-
-def cores_to_spare() -> bool:
-    """Whether the judge can work beside its child without slowing the child's timed calls."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count() or 1
-    return usable >= OVERLAP_MIN_CPUS
-
-
-def _warm_imports() -> None:
-    """Import what judging the child's evidence needs (torch, safetensors, the quality evaluator and the
-    image metrics it calls: torchmetrics' first import alone takes seconds)."""
-    try:
-        import safetensors.torch  # noqa: F401
-
-        import pytest_ditgate.golden.session  # noqa: F401
-        import pytest_ditgate.quality.evaluate  # noqa: F401
-        _arch()
-    except ImportError:
-        return  # reported where it is needed
-    try:
-        import torchmetrics.functional.image  # noqa: F401
-    except ImportError:
-        pass  # optional: only image metrics need it
-
-
-def _arch() -> str:
-    """This machine's arch (no SDPA probe, no CUDA context: the child is using the device meanwhile)."""
-    from pytest_ditgate.device import device_arch
-
-    return device_arch()
+    def finish_baseline_refused(self) -> Verdict:
+        """Write the verdict of a baseline refused before its run."""
+        verdict, detail, row = build(self.facts(None, None), speed=False)
+        self.publisher.write(verdict, detail, row)
+        return verdict

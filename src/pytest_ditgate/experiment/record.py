@@ -1,7 +1,7 @@
 """The pure part of finishing an experiment: verdict, ledger row, history record, built from facts.
 
-Nothing here writes or runs anything; :mod:`judge` does the guarded writes, so the verdict file, the
-ledger row, the history record and the exit code all come from the one :class:`Verdict` built here.
+Nothing here writes or runs anything; :mod:`judge` and :mod:`publish` do the guarded writes, so the verdict
+file, the ledger row, the history record and the exit code all come from the one :class:`Verdict` built here.
 """
 
 from __future__ import annotations
@@ -36,6 +36,8 @@ class Facts:
     child: dict[str, Any] = field(default_factory=dict)
     anchors: dict[str, Any] = field(default_factory=dict)
     min_improvement: float = 0.0
+    #: ``name@key`` of every output the child wrote (a baseline's second run must match the first's)
+    outputs_seen: list[str] = field(default_factory=list)
 
 
 def build(facts: Facts, *, speed: bool = True) -> tuple[Verdict, dict[str, Any], dict[str, Any]]:

@@ -15,12 +15,19 @@ can change, and :meth:`TreeSnapshot.restore` puts it back:
 
 Untracked files the run created elsewhere (a lane test's scratch output) are not deleted, since something
 else may have made them meanwhile: :meth:`TreeSnapshot.restore` names them instead.
+
+Records that belong together (an experiment's history record and its tip ref) are written in an
+:func:`uninterrupted` block.
 """
 
 from __future__ import annotations
 
+import contextlib
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Iterator
 
 
 @dataclass
@@ -92,6 +99,25 @@ class TreeSnapshot:
         if self.history is not None:
             attempt(str(self.history), lambda: self.history.unlink(missing_ok=True))
         return problems
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[None]:
+    """Hold Ctrl-C (SIGINT) back until the block is done: the records it writes belong together. A signal that
+    came meanwhile goes to the handler it was meant for when the block ends. (A handler, not a signal mask: in a
+    process with threads, such as one that imported torch, a masked signal is taken by another thread.)"""
+
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals, and may set a handler
+        return
+    held: list[Any] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: held.append(frame))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held and callable(previous):
+        previous(signal.SIGINT, held[0])
 
 
 def git_untracked(root: Path) -> set[str]:

@@ -6,7 +6,7 @@ patterns relative to the rootdir; ``fixed_paths_lock`` names the lock file (defa
 (:data:`DEFAULT_FIXED`): every ``conftest.py``, the pytest ini files, the ``[tool.ditgate]`` and
 ``[tool.pytest.*]`` tables of pyproject.toml (hashed as tables, so the rest of the file stays editable),
 and each lane's tests. (The judge also refuses to run plugin code from inside the project that the lock
-does not cover: ``Judge.check_own_modules`` in ``experiment/judge.py``.)
+does not cover: ``Preflight.check_own_modules`` in ``experiment/preflight.py``.)
 Bytecode is locked like any other file, except in ``__pycache__`` folders (the judge never reads those). Under ``--ditgate`` any edited, added or removed file, or a changed
 ``fixed_paths`` list, stops the session before a test runs, listing what changed. Deliberate runs
 (``--ditgate-freeze``, ``--ditgate-refreeze``, ``--ditgate-relock``) rewrite the lock at session end

@@ -1,5 +1,5 @@
 """The scope rule: which changed paths a candidate may not have changed (the judge computes what changed, against
-the lane's anchors: :mod:`pytest_ditgate.experiment.judge`).
+the lane's anchors: :mod:`pytest_ditgate.experiment.preflight`).
 
 Patterns come from ``[tool.ditgate] mutable_paths`` / ``fixed_paths``: a pattern ending in ``/`` is a folder
 (everything below it), ``**/name`` a file name anywhere, anything else an ``fnmatch`` glob on the
