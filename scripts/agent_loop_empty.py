@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     others = [r for r in results if r["exit"] not in (0, 11)]
     passed = baseline == 0 and not error and len(results) == ns.runs and discards >= need and not others
     target = {"name": f"empty commits judged 11 (of {ns.runs})", "value": discards, "limit": f">= {need}",
-              "pass": passed}
+              "runs": len(results), "pass": passed}
     record = {"targets": [target], "runs": results, "baseline_exit": baseline, "error": error,
               "keeps": sum(r["exit"] == 0 for r in results), "other_exits": [r["exit"] for r in others],
               "seconds": round(time.time() - started, 1), "device": "gpu" if on_gpu else "cpu",

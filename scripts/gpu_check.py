@@ -72,7 +72,7 @@ MACHINE_START_S = 90
 DEFAULT_UNIT_S = 15.0
 DEFAULT_OVERHEAD_S = {"plugin": 30.0, "suites": 45.0, "corpus": 20.0}
 DEFAULT_WHOLE_S = {"fidelity": 120.0, "kernels": 80.0, "dit": 110.0, "memory": 90.0, "switches": 120.0,
-                   "probe_cost": 150.0, "loop": 260.0, "attacks": 420.0, "empty": 540.0,
+                   "probe_cost": 150.0, "loop": 260.0, "attacks": 420.0, "empty": 800.0,
                    "classes": 480.0}
 
 
@@ -175,7 +175,8 @@ def unit_seconds(state: gpu_record.UnitState) -> float:
         return float(state.seconds)
     if state.stage.kind == "tests":
         return DEFAULT_UNIT_S
-    return DEFAULT_WHOLE_S.get(state.stage.name, float(state.stage.limit_s))
+    whole = DEFAULT_WHOLE_S.get(state.stage.name, float(state.stage.limit_s))
+    return whole / max(1, len(state.stage.shards))
 
 
 def estimate(record: dict[str, Any], stage: gpu_record.Stage, units: list[gpu_record.UnitState]) -> float:
@@ -226,10 +227,11 @@ def pack(record: dict[str, Any], todo: list[gpu_record.UnitState], capacity: flo
         if not mine:
             continue
         if stage.kind != "tests":
-            need = estimate(record, stage, mine)
-            if used(calls[-1]) + need > capacity and calls[-1]:
-                calls.append([])
-            calls[-1].append(Part(stage, mine, need))
+            for state in mine:  # a stage of shards may spread over calls, a shard at a time
+                need = estimate(record, stage, [state])
+                if used(calls[-1]) + need > capacity and calls[-1]:
+                    calls.append([])
+                calls[-1].append(Part(stage, [state], need))
             continue
         part = Part(stage)
         calls[-1].append(part)
@@ -301,8 +303,10 @@ def derive(stage: gpu_record.Stage, units: list[str], folder: Path, graph: gpu_i
     """Per unit: its inputs, the optional packages it reached, and why its reads are incomplete (None: they
     are complete): its own file was never read under it, or it started a Python process without the
     recorder."""
+    if stage.kind != "tests" and len(units) != 1:
+        raise ValueError(f"{stage.name}: a whole stage's reads are derived one unit (one recording) at a time")
     recording = gpu_inputs.Recording.load(folder)
-    reads = gpu_inputs.unit_reads(recording, root, whole=stage.name if stage.kind != "tests" else None)
+    reads = gpu_inputs.unit_reads(recording, root, whole=units[0] if stage.kind != "tests" else None)
     out = {}
     for unit in units:
         found = reads.get(unit)
@@ -324,15 +328,20 @@ def run_part(record: dict[str, Any], stage: gpu_record.Stage, units: list[str], 
              out: Path, reruns: dict[str, str]) -> dict[str, Any]:
     """Run ``units`` of ``stage`` recorded, and merge a result per unit into ``record``."""
     before = tree_hashes(ROOT)
-    recorded = gpu_stages.Recorded(logs, stage.name)
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     print(f"[gpu_check] {stage.name}: {len(units)} unit(s) ...", flush=True)
+    graph = gpu_inputs.ImportGraph(ROOT)
     if stage.kind == "tests":
+        recorded = gpu_stages.Recorded(logs, stage.name)
         results, wall = gpu_stages.run_tests(stage, units, logs, recorded)
-    else:
-        result = gpu_stages.run_whole(stage, env["arch"], logs, out, recorded)
-        results, wall = {stage.name: result}, float(result.get("seconds", 0.0))
-    derived = derive(stage, units, recorded.folder, gpu_inputs.ImportGraph(ROOT), ROOT)
+        derived = derive(stage, units, recorded.folder, graph, ROOT)
+    else:  # a whole stage's units (its shards) run one after the other, each recorded on its own
+        results, derived, wall = {}, {}, 0.0
+        for unit in units:
+            recorded = gpu_stages.Recorded(logs, unit)
+            results[unit] = gpu_stages.run_whole(stage, unit, env["arch"], logs, out, recorded)
+            wall += float(results[unit].get("seconds", 0.0))
+            derived.update(derive(stage, [unit], recorded.folder, graph, ROOT))
     after = gpu_record.Hashes(ROOT)
     record.setdefault("schema", gpu_record.SCHEMA)
     snapshot = gpu_record.snapshot_of(record, {f for inputs, _, _ in derived.values() for f in inputs}, before, started)

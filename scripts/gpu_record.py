@@ -24,9 +24,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import gpu_inputs
 
@@ -56,8 +56,10 @@ PARTIAL_INPUTS = {"golden/fixed_paths.lock.json": ("version", "patterns", "lanes
 @dataclass(frozen=True)
 class Stage:
     """One stage of the check. ``tests``: a unit per test file under ``paths`` (minus ``exclude``), run by
-    pytest; ``whole``: one unit, ``paths`` its start files. ``per_device``: a benchmark, a result per device.
-    ``judged_by`` is the source of the rule that judges it, so that a changed rule makes it stale."""
+    pytest; ``whole``: one unit, ``paths`` its start files, or one unit per shard (``shards``: a label and the
+    arguments that run that share of it, for a stage longer than a device call). ``per_device``: a benchmark,
+    a result per device. ``judged_by`` is the source of the rule that judges it, so that a changed rule makes it
+    stale; ``across_shards`` judges the shards' results together (a list of problems, empty when they hold)."""
 
     name: str
     kind: str
@@ -68,10 +70,12 @@ class Stage:
     exclude: tuple[str, ...] = ()
     per_device: bool = False
     workers: int = 1
+    shards: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    across_shards: Callable[[dict[str, dict[str, Any]]], list[str]] | None = None
 
     def units(self, root: Path) -> list[str]:
         if self.kind != "tests":
-            return [self.name]
+            return [f"{self.name}[{label}]" for label, _ in self.shards] or [self.name]
         skip = tuple(self.exclude)
         return [u for u in gpu_inputs.walk_tests(root, self.paths)
                 if not any(u == e or u.startswith(e.rstrip("/") + "/") for e in skip)]
@@ -79,7 +83,13 @@ class Stage:
     def definition(self) -> str:
         judged = hashlib.sha256(self.judged_by.encode()).hexdigest()[:16] if self.judged_by else None
         spec = {"kind": self.kind, "runs": self.runs, "judged_by": judged, "per_device": self.per_device}
+        if self.shards:
+            spec["shards"] = [[label, list(args)] for label, args in self.shards]
         return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+    def shard_args(self, unit: str) -> tuple[str, ...]:
+        """The arguments that run ``unit``'s share of a sharded stage (none for a stage of one unit)."""
+        return next((args for label, args in self.shards if unit == f"{self.name}[{label}]"), ())
 
     def entry_id(self, unit: str, environment: dict[str, Any] | None) -> str:
         """Where a unit's result is kept: per device for a benchmark stage."""
@@ -271,7 +281,22 @@ def states(record: dict[str, Any], stages: list[Stage], root: Path,
            environment: dict[str, Any] | None = None) -> list[UnitState]:
     hashes = Hashes(root)
     record = record if record.get("schema") == SCHEMA else {}
-    return [unit_state(record, stage, unit, hashes, environment) for stage in stages for unit in stage.units(root)]
+    found: list[UnitState] = []
+    for stage in stages:
+        mine = [unit_state(record, stage, unit, hashes, environment) for unit in stage.units(root)]
+        found += across_shards(stage, mine)
+    return found
+
+
+def across_shards(stage: Stage, mine: list[UnitState]) -> list[UnitState]:
+    """A sharded stage's units, red together when each passed on this tree but their results together fail the
+    stage's rule (twenty runs in two shards of ten are judged as twenty)."""
+    if stage.across_shards is None or not mine or any(s.status != "fresh" for s in mine):
+        return mine
+    problems = stage.across_shards({s.unit: (s.entry or {}).get("result") or {} for s in mine})
+    if not problems:
+        return mine
+    return [replace(s, status="red", why=problems[0]) for s in mine]
 
 
 def verify(record: dict[str, Any], stages: list[Stage], root: Path) -> tuple[str, list[str]]:

@@ -369,25 +369,50 @@ def classes_targets(data: dict) -> list[dict]:
 LOOP_SCRIPTS: dict[str, tuple[str, list[str], Callable[[dict], list[dict]]]] = {
     "loop": ("scripts/agent_loop_check.py", [], lambda d: d["targets"]),
     "attacks": ("scripts/agent_loop_attacks.py", [], lambda d: d["targets"]),
-    "empty": ("scripts/agent_loop_empty.py", ["--runs", "20"], lambda d: d["targets"]),
+    "empty": ("scripts/agent_loop_empty.py", [], lambda d: d["targets"]),
     "classes": ("scripts/agent_loop_classes.py", [], classes_targets),
 }
 
 
-def stage_script(name: str, logs: Path, limit: float, env: dict[str, str]) -> dict[str, Any]:
-    """A loop script's stage: it writes ``<name>.json`` with its targets (and the verdict's first reasons where
-    one failed); the stage passes when the script exits 0 and every target holds."""
+def stage_script(name: str, logs: Path, limit: float, env: dict[str, str], unit: str | None = None,
+                 shard: tuple[str, ...] = ()) -> dict[str, Any]:
+    """A loop script's stage (or one shard of it: ``unit``, run with the ``shard`` arguments): it writes
+    ``<unit>.json`` with its targets (and the verdict's first reasons where one failed); the unit passes when
+    the script exits 0 and every target holds."""
     script, args, convert = LOOP_SCRIPTS[name]
-    code, seconds = run_logged([sys.executable, script, *args, "--json", str(logs / f"{name}.json")],
-                               logs / f"{name}.log", limit, env)
-    targets, failures = targets_from(logs / f"{name}.json", convert)
+    unit = unit or name
+    code, seconds = run_logged([sys.executable, script, *args, *shard, "--json", str(logs / f"{unit}.json")],
+                               logs / f"{unit}.log", limit, env)
+    targets, failures = targets_from(logs / f"{unit}.json", convert)
     failures += [f"{t['name']}: got {t['value']}, expected {t['limit']}"
                  + (f" ({'; '.join(t['reasons'])[:300]})" if t.get("reasons") else "")
                  for t in targets if not t["pass"]]
     if code != 0 and not failures:
-        failures.append(f"{script} exited {code}: see {name}.log")
+        failures.append(f"{script} exited {code}: see {unit}.log")
     return {"rc": code, "seconds": round(seconds, 1), "targets": targets, "failures": failures,
             "passed": code == 0 and bool(targets) and not failures}
+
+
+#: the empty stage: twenty empty commits judged on the DiT lane, at least 19 of them 11 (issue 46's target).
+#: Twenty judged experiments outlast a device call (about 30 s each on an H100, beside the baseline), so they
+#: run as shards of ten, each with its own baseline; each shard allows one run that is not 11, and the shards
+#: together are held to 19 of 20
+EMPTY_RUNS, EMPTY_SHARD_RUNS = 20, 10
+EMPTY_SHARDS = tuple((f"{start}-{start + EMPTY_SHARD_RUNS - 1}",
+                      ("--runs", str(EMPTY_SHARD_RUNS), "--min-discards", str(EMPTY_SHARD_RUNS - 1)))
+                     for start in range(1, EMPTY_RUNS + 1, EMPTY_SHARD_RUNS))
+
+
+def empty_across_shards(results: dict[str, dict[str, Any]]) -> list[str]:
+    """The empty stage's rule over its shards: every run judged, and at least 19 of the 20 are 11."""
+    targets = [t for result in results.values() for t in result.get("targets") or []]
+    runs = sum(int(t.get("runs") or 0) for t in targets)
+    discards = sum(int(t.get("value") or 0) for t in targets)
+    need = EMPTY_RUNS - EMPTY_RUNS // 20
+    if runs >= EMPTY_RUNS and discards >= need:
+        return []
+    return [f"empty commits judged 11: {discards} of {runs} across the shards; at least {need} of {EMPTY_RUNS} "
+            "must be"]
 
 
 def _source(*functions: Callable[..., Any]) -> str:
@@ -422,8 +447,8 @@ STAGES = [
     Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_script)),
     Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
           _source(stage_script)),
-    Stage("empty", "whole", ("scripts/agent_loop_empty.py",), "scripts/agent_loop_empty.py --runs 20", 580,
-          _source(stage_script)),
+    Stage("empty", "whole", ("scripts/agent_loop_empty.py",), "scripts/agent_loop_empty.py", 520,
+          _source(stage_script, empty_across_shards), shards=EMPTY_SHARDS, across_shards=empty_across_shards),
     Stage("classes", "whole", ("scripts/agent_loop_classes.py",), "scripts/agent_loop_classes.py", 540,
           _source(stage_script, classes_targets, _target)),
 ]
@@ -435,8 +460,9 @@ def run_tests(stage: Stage, units: list[str], logs: Path, recorded: Recorded) ->
     return TEST_RUNNERS[stage.name](units, logs, stage.limit_s, recorded)
 
 
-def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded) -> dict[str, Any]:
-    env = recorded.env(unit=stage.name)
+def run_whole(stage: Stage, unit: str, arch: str, logs: Path, out: Path, recorded: Recorded) -> dict[str, Any]:
+    """Run one unit of a whole stage (the stage, or one of its shards) and judge its targets."""
+    env = recorded.env(unit=unit)
     bench = {
         "fidelity": ("timer_fidelity.py", f"timer_fidelity_{arch}.json", fidelity_targets),
         "kernels": ("kernels_bench.py", f"kernels_bench_{arch}.json", kernels_targets),
@@ -448,4 +474,4 @@ def run_whole(stage: Stage, arch: str, logs: Path, out: Path, recorded: Recorded
     if stage.name in bench:
         script, result_name, convert = bench[stage.name]
         return benchmark_stage(script, BENCH_ARGS[stage.name], result_name, convert, logs, stage.limit_s, out, env)
-    return stage_script(stage.name, logs, stage.limit_s, env)
+    return stage_script(stage.name, logs, stage.limit_s, env, unit, stage.shard_args(unit))

@@ -106,6 +106,7 @@ class StandIn:
         self.failing: set[str] = set()
         self.unrecorded: set[str] = set()
         self.edit_during: dict[str, str] = {}
+        self.shard_targets: dict[str, dict] = {}
         self.env = dict(H200)
         self.record = tmp_path / "gpu_check.json"
         self.logs = tmp_path / "logs"
@@ -121,7 +122,7 @@ class StandIn:
         if unit in self.unrecorded:
             return
         lines = [{"k": "proc", "pid": os.getpid(), "unit": tag}]
-        reads = READS.get(unit, []) + ([unit] if unit.startswith("tests/") else [])
+        reads = READS.get(unit.split("[")[0], []) + ([unit] if unit.startswith("tests/") else [])  # a shard: its stage's
         lines += [{"k": "open", "u": tag, "p": str(self.root / rel)} for rel in reads]
         lines += [{"k": "mod", "u": tag, "n": name} for name in LOOKS_UP.get(unit, [])]
         path = recorded.folder / f"{abs(hash(unit))}.jsonl"
@@ -141,10 +142,13 @@ class StandIn:
             self._write(recorded, unit, str(self.root / unit))
         return {unit: self._result(unit) for unit in units}, 30.0
 
-    def run_whole(self, stage, arch, logs, out, recorded):
-        self.ran.append((stage.name, stage.name))
-        self._write(recorded, stage.name, stage.name)
-        return self._result(stage.name)
+    def run_whole(self, stage, unit, arch, logs, out, recorded):
+        self.ran.append((stage.name, unit))
+        self._write(recorded, unit, unit)
+        result = self._result(unit)
+        if unit in self.shard_targets:
+            result["targets"] = [self.shard_targets[unit]]
+        return result
 
     def main(self, *args: str) -> int:
         return self.gpu_check.main([*args, "--record", str(self.record), "--logs", str(self.logs)])
@@ -273,6 +277,48 @@ def test_the_plan_packs_the_debt_into_device_calls_with_their_set_up(stand_in, g
     assert summary["device_s"] == pytest.approx(sum(c["seconds"] for c in summary["calls"]) + gpu_check.MACHINE_START_S)
     out = capsys.readouterr().out
     assert "5 units of t, bench, loop to run on a GPU" in out and "call 2, about 560 s" in out
+
+
+def test_a_stage_longer_than_a_call_runs_in_shards_judged_together(stand_in, gpu_record, gpu_stages, capsys,
+                                                                   monkeypatch) -> None:
+    """Twenty empty commits outlast a device call: the stage runs as shards of ten (a unit each, packed into
+    calls of their own, each run with its own arguments), and its rule holds over the shards together: one run
+    that is not 11 in each shard passes each shard, but 18 of 20 fails the stage."""
+    soak = gpu_record.Stage("soak", "whole", ("loop.py",), "python loop.py", 400, "rule",
+                            shards=gpu_stages.EMPTY_SHARDS, across_shards=gpu_stages.empty_across_shards)
+    stand_in.stages.append(soak)
+    stand_in.gpu_check.BY_NAME["soak"] = soak  # the stand-in's own table (monkeypatched, restored after the test)
+    monkeypatch.setitem(READS, "soak", ["loop.py", "src/lib/judge.py"])
+    assert soak.units(stand_in.root) == ["soak[1-10]", "soak[11-20]"]
+    assert soak.shard_args("soak[11-20]") == ("--runs", "10", "--min-discards", "9")
+    record = stand_in.record.parent / "record.json"
+    record.write_text(json.dumps({"schema": gpu_record.SCHEMA, "stages": {"soak": {"units": {
+        "soak[1-10]": {"result": {"seconds": 400.0}}, "soak[11-20]": {"result": {"seconds": 400.0}}}}}}))
+    plan = stand_in.record.parent / "plan.json"
+    assert stand_in.gpu_check.main(["--plan", "--stages", "soak", "--record", str(record), "--json", str(plan)]) == 0
+    soak_calls = [[u for p in call["parts"] if p["stage"] == "soak" for u in p["units"]]
+                  for call in json.loads(plan.read_text())["calls"]]
+    assert [units for units in soak_calls if units] == [["soak[1-10]"], ["soak[11-20]"]]  # a call each
+
+    def runs(discards: int) -> dict:
+        return {"name": "empty commits judged 11 (of 10)", "value": discards, "limit": ">= 9", "runs": 10, "pass": True}
+
+    stand_in.shard_targets = {"soak[1-10]": runs(9), "soak[11-20]": runs(10)}
+    assert stand_in.main("--changed") == 0  # 19 of 20
+    assert [u for u in stand_in.take() if u[0] == "soak"] == [("soak", "soak[1-10]"), ("soak", "soak[11-20]")]
+    stand_in.shard_targets["soak[11-20]"] = runs(9)
+    assert stand_in.main("--rerun", "soak=a second try") == 0 and stand_in.take() == []  # fresh: nothing is red
+    (stand_in.root / "loop.py").write_text("print(3)\n")
+    assert stand_in.main("--changed", "--stages", "soak") == 1  # each shard passed alone: 18 of 20 fails the stage
+    assert stand_in.take() == [("soak", "soak[1-10]"), ("soak", "soak[11-20]")]
+    capsys.readouterr()
+    assert stand_in.main("--verify") == 1
+    out = capsys.readouterr().out
+    assert "red soak[1-10]: empty commits judged 11: 18 of 20 across the shards; at least 19 of 20 must be" in out
+    stand_in.shard_targets["soak[11-20]"] = runs(10)
+    assert stand_in.main("--rerun", "soak=the host was loaded") == 3  # both shards run again (loop.py's stage: debt)
+    assert stand_in.take() == [("soak", "soak[1-10]"), ("soak", "soak[11-20]")]
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("loop", "loop")]
 
 
 def test_explain_prints_a_units_inputs_and_a_key_anyone_can_recompute(stand_in, capsys) -> None:
