@@ -81,6 +81,77 @@ def _check_labels(labels: Sequence[int], num_classes: int) -> None:
         raise ValueError(f"class labels must be a non-empty list of ints in 0..{num_classes - 1}; bad: {bad or labels}")
 
 
+def start_latents(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: int, guidance_scale: float,
+                  scheduler: str) -> tuple[Any, "torch.Tensor", "torch.Tensor"]:
+    """What every sampling loop starts from: the scheduler set to ``steps``, the first latents from ``seed`` (drawn
+    on the CPU, so every device and dtype starts alike; doubled for CFG) and the labels (the null class appended
+    for CFG)."""
+    import torch
+
+    cfg, device, dtype = model.config, model.device, model.dtype
+    noise = torch.randn((len(class_labels), cfg.latent_channels, cfg.latent_size, cfg.latent_size),
+                        generator=torch.Generator("cpu").manual_seed(seed), dtype=torch.float32)
+    sched = make_scheduler(scheduler)
+    sched.set_timesteps(steps)
+    latents = (noise * sched.init_noise_sigma).to(device=device, dtype=dtype)
+    use_cfg = guidance_scale > 1
+    latent_input = torch.cat([latents] * 2) if use_cfg else latents
+    labels = torch.tensor(list(class_labels), device=device, dtype=torch.long)
+    if use_cfg:
+        labels = torch.cat([labels, torch.full_like(labels, cfg.null_class)])
+    return sched, latent_input, labels
+
+
+def guided(noise_pred: "torch.Tensor", channels: int, guidance_scale: float) -> "torch.Tensor":
+    """Classifier-free guidance on a doubled batch: both halves get the guided noise; the channels past
+    ``channels`` (a learned sigma) are kept as predicted."""
+    import torch
+
+    eps, rest = noise_pred[:, :channels], noise_pred[:, channels:]
+    cond_eps, uncond_eps = torch.split(eps, len(eps) // 2, dim=0)
+    half_eps = uncond_eps + guidance_scale * (cond_eps - uncond_eps)
+    return torch.cat([torch.cat([half_eps, half_eps], dim=0), rest], dim=1)
+
+
+def scheduler_input(noise_pred: "torch.Tensor", channels: int, learned_sigma: bool) -> "torch.Tensor":
+    """What the scheduler steps with: the noise prediction without a learned sigma's channels."""
+    import torch
+
+    return torch.split(noise_pred, channels, dim=1)[0] if learned_sigma else noise_pred
+
+
+class BlockRecorder:
+    """Forward hooks that keep chosen blocks' outputs (the conditional half of the batch) at chosen steps, as
+    ``activations["block{i}.step{s}"]``; the loop sets :attr:`step` before each step's forward."""
+
+    def __init__(self, transformer: Any, blocks: Iterable[int], steps: set[int], batch: int) -> None:
+        self.blocks = sorted(set(blocks))
+        for block in self.blocks:
+            if not 0 <= block < len(transformer.transformer_blocks):
+                raise ValueError(f"block {block} is outside 0..{len(transformer.transformer_blocks) - 1}")
+        self.transformer, self.steps, self.batch = transformer, steps, batch
+        self.activations: dict[str, "torch.Tensor"] = {}
+        self.step = -1
+        self._handles: list[Any] = []
+
+    def _hook_for(self, block: int) -> Any:
+        def hook(_module: Any, _args: Any, output: Any) -> None:
+            if self.step in self.steps:
+                hidden = output[0] if isinstance(output, tuple) else output
+                self.activations[f"block{block}.step{self.step}"] = hidden[:self.batch].detach().clone()
+        return hook
+
+    def __enter__(self) -> "BlockRecorder":
+        self._handles = [self.transformer.transformer_blocks[b].register_forward_hook(self._hook_for(b))
+                         for b in self.blocks]
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for handle in self._handles:
+            handle.remove()
+        self._handles = []
+
+
 def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: int, guidance_scale: float = 4.0,
            scheduler: str = "ddim", record_steps: Iterable[int] = (), record_blocks: Iterable[int] = (),
            record_block_steps: Iterable[int] = (0,), decode: bool = True) -> SampleResult:
@@ -92,67 +163,34 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
     if steps < 1:
         raise ValueError(f"steps must be >= 1, got {steps}")
     device, dtype = model.device, model.dtype
-    batch, channels, size = len(class_labels), cfg.latent_channels, cfg.latent_size
+    batch, channels = len(class_labels), cfg.latent_channels
     use_cfg = guidance_scale > 1
     keep_steps = _normalise_steps(record_steps, steps)
-    act_steps = _normalise_steps(record_block_steps, steps)
-    blocks = sorted(set(record_blocks))
-    for block in blocks:
-        if not 0 <= block < len(transformer.transformer_blocks):
-            raise ValueError(f"block {block} is outside 0..{len(transformer.transformer_blocks) - 1}")
-
-    noise = torch.randn((batch, channels, size, size), generator=torch.Generator("cpu").manual_seed(seed),
-                        dtype=torch.float32)
-    sched = make_scheduler(scheduler)
-    sched.set_timesteps(steps)
-    latents = (noise * sched.init_noise_sigma).to(device=device, dtype=dtype)
-    latent_input = torch.cat([latents] * 2) if use_cfg else latents
-    labels = torch.tensor(list(class_labels), device=device, dtype=torch.long)
-    if use_cfg:
-        labels = torch.cat([labels, torch.full_like(labels, cfg.null_class)])
-
-    activations: dict[str, torch.Tensor] = {}
-    current = {"step": -1}
-
-    def hook_for(block: int):
-        def hook(_module: Any, _args: Any, output: Any) -> None:
-            if current["step"] in act_steps:
-                hidden = output[0] if isinstance(output, tuple) else output
-                activations[f"block{block}.step{current['step']}"] = hidden[:batch].detach().clone()
-        return hook
-
-    handles = [transformer.transformer_blocks[b].register_forward_hook(hook_for(b)) for b in blocks]
+    recorder = BlockRecorder(transformer, record_blocks, _normalise_steps(record_block_steps, steps), batch)
+    sched, latent_input, labels = start_latents(model, class_labels, seed=seed, steps=steps,
+                                                guidance_scale=guidance_scale, scheduler=scheduler)
     step_latents: dict[int, torch.Tensor] = {}
-    try:
-        with torch.inference_mode():
-            for index, t in enumerate(sched.timesteps):
-                current["step"] = index
-                if use_cfg:
-                    half = latent_input[: len(latent_input) // 2]
-                    latent_input = torch.cat([half, half], dim=0)
-                model_in = sched.scale_model_input(latent_input, t)
-                timesteps = t.reshape(1).to(device).expand(model_in.shape[0])
-                noise_pred = transformer(model_in, timestep=timesteps, class_labels=labels).sample
-                if use_cfg:
-                    eps, rest = noise_pred[:, :channels], noise_pred[:, channels:]
-                    cond_eps, uncond_eps = torch.split(eps, len(eps) // 2, dim=0)
-                    half_eps = uncond_eps + guidance_scale * (cond_eps - uncond_eps)
-                    noise_pred = torch.cat([torch.cat([half_eps, half_eps], dim=0), rest], dim=1)
-                if cfg.learned_sigma:
-                    model_output, _ = torch.split(noise_pred, channels, dim=1)
-                else:
-                    model_output = noise_pred
-                latent_input = sched.step(model_output, t, latent_input).prev_sample
-                if index in keep_steps:
-                    step_latents[index] = latent_input[:batch].clone()
-            final = latent_input[:batch]
-            images = None
-            if decode:
-                decoded = final if vae is None else vae.decode(final / vae.config.scaling_factor).sample
-                images = (decoded / 2 + 0.5).clamp(0, 1)
-    finally:
-        for handle in handles:
-            handle.remove()
+    with recorder, torch.inference_mode():
+        for index, t in enumerate(sched.timesteps):
+            recorder.step = index
+            if use_cfg:
+                half = latent_input[: len(latent_input) // 2]
+                latent_input = torch.cat([half, half], dim=0)
+            model_in = sched.scale_model_input(latent_input, t)
+            timesteps = t.reshape(1).to(device).expand(model_in.shape[0])
+            noise_pred = transformer(model_in, timestep=timesteps, class_labels=labels).sample
+            if use_cfg:
+                noise_pred = guided(noise_pred, channels, guidance_scale)
+            latent_input = sched.step(scheduler_input(noise_pred, channels, cfg.learned_sigma), t,
+                                      latent_input).prev_sample
+            if index in keep_steps:
+                step_latents[index] = latent_input[:batch].clone()
+        final = latent_input[:batch]
+        images = None
+        if decode:
+            decoded = final if vae is None else vae.decode(final / vae.config.scaling_factor).sample
+            images = (decoded / 2 + 0.5).clamp(0, 1)
+    activations = recorder.activations
     info = dict(config=cfg.name, seed=seed, steps=steps, guidance_scale=guidance_scale, scheduler=scheduler,
                 class_labels=list(class_labels), dtype=str(dtype).replace("torch.", ""), device=str(device),
                 weights=model.source, implementation=model.implementation)

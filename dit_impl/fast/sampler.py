@@ -114,7 +114,8 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
     ``record_steps`` and ``record_block_steps`` outside the steps actually taken are not recorded."""
     import torch
 
-    from dit_impl.baseline.sampling import SampleResult, _check_labels, make_scheduler
+    from dit_impl.baseline.sampling import (BlockRecorder, SampleResult, _check_labels, guided, scheduler_input,
+                                            start_latents)
     from dit_impl.fast.model import BlockCache
 
     options = options or SamplerOptions()
@@ -125,15 +126,11 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
     taken = options.steps_for(steps)
     scheduler = options.scheduler or scheduler
     device, dtype = model.device, model.dtype
-    batch, channels, size = len(class_labels), cfg.latent_channels, cfg.latent_size
+    batch, channels = len(class_labels), cfg.latent_channels
     use_cfg = guidance_scale > 1
     guided_steps = taken if options.guidance_cutoff is None or not use_cfg else round(taken * options.guidance_cutoff)
     keep_steps = _in_range(record_steps, taken)
-    act_steps = _in_range(record_block_steps, taken)
-    blocks = sorted(set(record_blocks))
-    for block in blocks:
-        if not 0 <= block < len(transformer.transformer_blocks):
-            raise ValueError(f"block {block} is outside 0..{len(transformer.transformer_blocks) - 1}")
+    recorder = BlockRecorder(transformer, record_blocks, _in_range(record_block_steps, taken), batch)
     cache = None
     if options.block_cache is not None:
         first, last, every = options.block_cache
@@ -143,57 +140,32 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
                              f"{type(transformer).__name__} (a CUDA graph replays every block)")
         transformer.use_block_cache(cache)
 
-    noise = torch.randn((batch, channels, size, size), generator=torch.Generator("cpu").manual_seed(seed),
-                        dtype=torch.float32)
-    sched = make_scheduler(scheduler)
-    sched.set_timesteps(taken)
-    latents = (noise * sched.init_noise_sigma).to(device=device, dtype=dtype)
-    latent_input = torch.cat([latents] * 2) if use_cfg else latents
-    labels = torch.tensor(list(class_labels), device=device, dtype=torch.long)
-    if use_cfg:
-        labels = torch.cat([labels, torch.full_like(labels, cfg.null_class)])
-
-    activations: dict[str, torch.Tensor] = {}
-    current = {"step": -1}
-
-    def hook_for(block: int):
-        def hook(_module: Any, _args: Any, output: Any) -> None:
-            if current["step"] in act_steps:
-                hidden = output[0] if isinstance(output, tuple) else output
-                activations[f"block{block}.step{current['step']}"] = hidden[:batch].detach().clone()
-        return hook
-
-    handles = [transformer.transformer_blocks[b].register_forward_hook(hook_for(b)) for b in blocks]
+    sched, latent_input, labels = start_latents(model, class_labels, seed=seed, steps=taken,
+                                                guidance_scale=guidance_scale, scheduler=scheduler)
     step_latents: dict[int, torch.Tensor] = {}
     try:
-        with torch.inference_mode():
+        with recorder, torch.inference_mode():
             for index, t in enumerate(sched.timesteps):
-                current["step"] = index
+                recorder.step = index
                 if cache is not None:
                     cache.reuse = index % options.block_cache[2] != 0
-                guided = use_cfg and index < guided_steps
+                guiding = use_cfg and index < guided_steps
                 if use_cfg:
                     half = latent_input[: len(latent_input) // 2]
                     latent_input = torch.cat([half, half], dim=0)
                 model_in = sched.scale_model_input(latent_input, t)
-                if use_cfg and not guided:  # the conditional half alone; the scheduler keeps the doubled batch
+                if use_cfg and not guiding:  # the conditional half alone; the scheduler keeps the doubled batch
                     model_in, call_labels = model_in[:batch], labels[:batch]
                 else:
                     call_labels = labels
                 timesteps = t.reshape(1).to(device).expand(model_in.shape[0])
                 noise_pred = transformer(model_in, timestep=timesteps, class_labels=call_labels).sample
-                if guided:
-                    eps, rest = noise_pred[:, :channels], noise_pred[:, channels:]
-                    cond_eps, uncond_eps = torch.split(eps, len(eps) // 2, dim=0)
-                    half_eps = uncond_eps + guidance_scale * (cond_eps - uncond_eps)
-                    noise_pred = torch.cat([torch.cat([half_eps, half_eps], dim=0), rest], dim=1)
+                if guiding:
+                    noise_pred = guided(noise_pred, channels, guidance_scale)
                 elif use_cfg:
                     noise_pred = torch.cat([noise_pred, noise_pred], dim=0)
-                if cfg.learned_sigma:
-                    model_output, _ = torch.split(noise_pred, channels, dim=1)
-                else:
-                    model_output = noise_pred
-                latent_input = sched.step(model_output, t, latent_input).prev_sample
+                latent_input = sched.step(scheduler_input(noise_pred, channels, cfg.learned_sigma), t,
+                                          latent_input).prev_sample
                 if index in keep_steps:
                     step_latents[index] = latent_input[:batch].clone()
             final = latent_input[:batch]
@@ -202,10 +174,9 @@ def sample(model: "DitModel", class_labels: Sequence[int], *, seed: int, steps: 
                 decoded = final if vae is None else vae.decode(final.to(vae.dtype) / vae.config.scaling_factor).sample
                 images = (decoded / 2 + 0.5).clamp(0, 1)
     finally:
-        for handle in handles:
-            handle.remove()
         if cache is not None:
             transformer.use_block_cache(None)
+    activations = recorder.activations
     info = dict(config=cfg.name, seed=seed, steps=taken, guidance_scale=guidance_scale, scheduler=scheduler,
                 class_labels=list(class_labels), dtype=str(dtype).replace("torch.", ""), device=str(device),
                 weights=model.source, implementation=model.implementation, sampler=options.label(),
