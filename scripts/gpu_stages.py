@@ -183,9 +183,30 @@ def junit_units(xml: Path) -> dict[str, dict[str, Any]]:
     return units
 
 
-def unit_results(units: list[str], codes: list[int], xmls: list[Path]) -> dict[str, dict[str, Any]]:
+def collected_counts(units: list[str], env: dict[str, str], limit: float = 180.0) -> dict[str, int] | None:
+    """How many tests pytest collects from each unit (``--co``, without the recorder): a run stopped at its
+    limit then credits the units whose every test ran. None when the collection fails."""
+    command = [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "--co", "-q", *units]
+    try:
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
+    except subprocess.TimeoutExpired:
+        return None
+    if done.returncode not in (0, 5):
+        return None
+    counts: dict[str, int] = {}
+    for line in done.stdout.splitlines():
+        path, sep, _ = line.partition("::")
+        if sep:
+            counts[path] = counts.get(path, 0) + 1
+    return counts
+
+
+def unit_results(units: list[str], codes: list[int], xmls: list[Path],
+                 collected: dict[str, int] | None = None) -> dict[str, dict[str, Any]]:
     """A result per unit from the runs' JUnit XML: a unit passes when its tests ran, none failed and the run
-    that held it ended normally (pytest's 0 or 1)."""
+    that held it ended normally (pytest's 0 or 1). A run stopped at its time limit (124) still judges each unit
+    whose every collected test ran (``collected``); the others get no result (they stay in debt for the next
+    call, where a result would make them red)."""
     merged = {unit: _empty() for unit in units}
     problems: list[str] = []
     for code, xml in zip(codes, xmls):
@@ -200,10 +221,17 @@ def unit_results(units: list[str], codes: list[int], xmls: list[Path]) -> dict[s
             target["skips"] += found["skips"][: max(0, 5 - len(target["skips"]))]
         if code not in (0, 1):
             problems.append(f"pytest exited {code}" + (" (time limit)" if code == 124 else "") + f": see {xml.stem}.log")
+    cut = 124 in codes
     results = {}
     for unit in units:
         found = merged[unit]
-        failures = list(found["failures"]) + problems
+        unit_problems = problems
+        if cut:
+            ran = sum(found[k] for k in ("passed", "failed", "skipped", "errors"))
+            if collected is None or not collected.get(unit) or ran < collected[unit]:
+                continue  # stopped before all of its tests ran: no result
+            unit_problems = [p for p in problems if "(time limit)" not in p]
+        failures = list(found["failures"]) + unit_problems
         ran = found["passed"] + found["skipped"]
         if not ran and not failures:
             failures.append("no test of it ran")
@@ -220,15 +248,21 @@ def run_plugin(units: list[str], logs: Path, limit: float, recorded: Recorded) -
     xml = logs / "plugin.xml"
     workers = str(min(PLUGIN_WORKERS, max(1, len(units))))
     command = pytest_command(xml, 20, "-n", workers, *units)
-    code, seconds = run_logged(command, logs / "plugin.log", limit, recorded.env(OMP_NUM_THREADS="1"))
-    return unit_results(units, [code], [xml]), seconds
+    started = time.monotonic()
+    collected = collected_counts(units, child_env(OMP_NUM_THREADS="1"))
+    left = limit - (time.monotonic() - started)
+    code, seconds = run_logged(command, logs / "plugin.log", left, recorded.env(OMP_NUM_THREADS="1"))
+    return unit_results(units, [code], [xml], collected), time.monotonic() - started
 
 
 def run_suites(units: list[str], logs: Path, limit: float, recorded: Recorded) -> tuple[dict[str, dict], float]:
     """The GPU suites in one pytest process (they share the device)."""
     xml = logs / "suites.xml"
-    code, seconds = run_logged(pytest_command(xml, 20, *units), logs / "suites.log", limit, recorded.env())
-    return unit_results(units, [code], [xml]), seconds
+    started = time.monotonic()
+    collected = collected_counts(units, child_env())
+    left = limit - (time.monotonic() - started)
+    code, seconds = run_logged(pytest_command(xml, 20, *units), logs / "suites.log", left, recorded.env())
+    return unit_results(units, [code], [xml], collected), time.monotonic() - started
 
 
 def run_corpus(units: list[str], logs: Path, limit: float, recorded: Recorded,
@@ -424,7 +458,7 @@ def _source(*functions: Callable[..., Any]) -> str:
 #: test file under tests/ is a unit of exactly one test stage.
 STAGES = [
     Stage("plugin", "tests", PLUGIN_TESTS, f"pytest --ditgate -n <={PLUGIN_WORKERS} {' '.join(PLUGIN_TESTS)}",
-          420, _source(unit_results), workers=PLUGIN_WORKERS),
+          480, _source(unit_results), workers=PLUGIN_WORKERS),
     Stage("suites", "tests", ("tests",), "pytest --ditgate <every other test file of tests/>", 300,
           _source(unit_results), exclude=(*PLUGIN_TESTS, CORPUS)),
     Stage("corpus", "tests", (CORPUS,), f"pytest --ditgate {CORPUS} in {CORPUS_SHARDS} shards", 120,

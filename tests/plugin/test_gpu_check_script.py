@@ -434,3 +434,39 @@ def test_a_unit_passes_only_when_its_tests_ran_none_failed_and_its_run_ended_nor
     assert not any(r["passed"] for r in crashed.values())
     missing = gpu_stages.unit_results(units[:1], [0], [tmp_path / "missing.xml"])
     assert not missing["tests/plugin/test_a.py"]["passed"]
+
+
+def test_a_run_stopped_at_its_limit_judges_only_the_units_whose_tests_all_ran(tmp_path: Path, gpu_stages) -> None:
+    """The plugin stage can outlast its limit on a new machine: its completed files keep their results, a file
+    cut half-way has none (it stays in debt for the next call), and a cut run without a collection judges none."""
+    xml = tmp_path / "r.xml"
+    xml.write_text('<testsuites><testsuite><testcase file="tests/plugin/test_a.py" name="test_x" time="1.5"/>'
+                   '<testcase file="tests/plugin/test_c.py" name="test_z"><failure message="boom"/></testcase>'
+                   '<testcase file="tests/plugin/test_b.py" name="test_y1" time="2"/>'
+                   "</testsuite></testsuites>")
+    units = ["tests/plugin/test_a.py", "tests/plugin/test_b.py", "tests/plugin/test_c.py", "tests/plugin/test_d.py"]
+    collected = {"tests/plugin/test_a.py": 1, "tests/plugin/test_b.py": 2, "tests/plugin/test_c.py": 1,
+                 "tests/plugin/test_d.py": 3}
+    results = gpu_stages.unit_results(units, [124], [xml], collected)
+    assert set(results) == {"tests/plugin/test_a.py", "tests/plugin/test_c.py"}  # b ran 1 of 2 tests, d none
+    assert results["tests/plugin/test_a.py"]["passed"] and results["tests/plugin/test_a.py"]["failures"] == []
+    assert not results["tests/plugin/test_c.py"]["passed"]  # a failure that happened before the stop still counts
+    assert gpu_stages.unit_results(units, [124], [xml]) == {}
+    assert set(gpu_stages.unit_results(units, [1], [xml], collected)) == set(units)  # not stopped: all judged
+
+
+def test_a_unit_left_without_a_result_stays_in_debt(stand_in) -> None:
+    real = stand_in.run_tests
+
+    def stopped(stage, units, logs, recorded):
+        results, seconds = real(stage, units, logs, recorded)
+        results.pop("tests/t/test_b.py")
+        return results, seconds
+
+    stand_in.run_tests = stopped
+    stand_in.gpu_check.gpu_stages.run_tests = stopped
+    assert stand_in.main("--changed") == 3
+    assert "tests/t/test_b.py" not in stand_in.data()["stages"]["t"]["units"]
+    stand_in.take()
+    stand_in.gpu_check.gpu_stages.run_tests = real
+    assert stand_in.main("--changed") == 0 and stand_in.take() == [("t", "tests/t/test_b.py")]
