@@ -202,6 +202,12 @@ def run(base: Path, log, device: str, fp8: bool, chosen: list[Candidate]) -> lis
     return targets
 
 
+def select(found: list[Candidate], on_gpu: bool, only: str | None, lane: str | None) -> list[Candidate]:
+    """The candidates this machine can judge (no GPU-only one on a CPU), by name (``only``) and by lane."""
+    return [c for c in found if (on_gpu or not c.gpu_only) and (only is None or only in c.name)
+            and (lane is None or c.lane == lane)]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the record here (and the log beside it)")
@@ -211,14 +217,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--harmful-steps", type=int, default=HARMFUL_STEPS,
                         help="the harmful approximate candidate's SamplerOptions.steps")
     parser.add_argument("--only", default=None, help="run only the candidates whose name contains this text")
+    parser.add_argument("--lane", choices=("dit", "kernels"), default=None,
+                        help="run only this lane's candidates (and only its baseline)")
     ns = parser.parse_args(argv)
     import torch
 
     on_gpu = torch.cuda.is_available()
     fp8 = on_gpu and torch.cuda.get_device_capability(0) >= (8, 9)
     device = "gpu" if on_gpu else "cpu"
-    chosen = [c for c in candidates(ns.honest_fraction, ns.harmful_steps)
-              if (on_gpu or not c.gpu_only) and (ns.only is None or ns.only in c.name)]
+    chosen = select(candidates(ns.honest_fraction, ns.harmful_steps), on_gpu, ns.only, ns.lane)
     started = time.time()
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                             text=True).stdout.strip() or None  # the tree copied now (a commit made meanwhile is not it)

@@ -62,3 +62,15 @@ def test_every_edit_applies_to_the_tree(classes, tmp_path: Path) -> None:
             assert namespace["options_for"]("cpu").dtype == "float32", candidate.name  # still a valid module
         for path, text in pristine.items():
             (tmp_path / path).write_text(text)
+
+
+def test_a_lane_shard_judges_only_its_lane(classes) -> None:
+    """The GPU check runs the stage as a unit per lane (``--lane``): each shard has its lane's candidates only,
+    the harmful ones among them; a CPU has no kernel lane."""
+    found = classes.candidates(0.5, 2)
+    dit = classes.select(found, True, None, "dit")
+    kernels = classes.select(found, True, None, "kernels")
+    assert dit and kernels and {c.lane for c in dit} == {"dit"} and {c.lane for c in kernels} == {"kernels"}
+    assert len(dit) + len(kernels) == len(classes.select(found, True, None, None)) == len(found)
+    assert any("harmful" in c.name for c in kernels) and any("harmful" in c.name for c in dit)
+    assert classes.select(found, False, None, "kernels") == []
