@@ -237,7 +237,9 @@ def pack(record: dict[str, Any], todo: list[gpu_record.UnitState], capacity: flo
         calls[-1].append(part)
         for state in sorted(mine, key=unit_seconds, reverse=True):
             grown = estimate(record, stage, part.units + [state])
-            if part.units and used(calls[-1]) - part.seconds + grown > capacity:
+            if used(calls[-1]) - part.seconds + grown > capacity and (part.units or len(calls[-1]) > 1):
+                if not part.units:  # the stage's first unit does not fit beside the call's earlier stages
+                    calls[-1].pop()
                 calls.append([])
                 part = Part(stage)
                 calls[-1].append(part)

@@ -470,3 +470,17 @@ def test_a_unit_left_without_a_result_stays_in_debt(stand_in) -> None:
     stand_in.take()
     stand_in.gpu_check.gpu_stages.run_tests = real
     assert stand_in.main("--changed") == 0 and stand_in.take() == [("t", "tests/t/test_b.py")]
+
+
+def test_a_test_stage_that_does_not_fit_beside_earlier_stages_starts_a_call(gpu_check, gpu_record, monkeypatch) -> None:
+    """The plan never packs a call past its limit: a test stage's first file that does not fit beside the
+    stages already in the call opens the next call (the corpus once made a 641 s call)."""
+    first = gpu_record.Stage("first", "tests", ("tests",), "pytest", 300, "rule", workers=1)
+    second = gpu_record.Stage("second", "tests", ("tests",), "pytest", 300, "rule", workers=1)
+    monkeypatch.setattr(gpu_check, "STAGES", [first, second])
+    todo = [gpu_record.UnitState(first, "tests/a/test_1.py", "debt", seconds=300.0),
+            gpu_record.UnitState(second, "tests/b/test_2.py", "debt", seconds=150.0)]
+    calls = gpu_check.pack({}, todo, 400.0)
+    assert [[(p.stage.name, [u.unit for u in p.units]) for p in call] for call in calls] == [
+        [("first", ["tests/a/test_1.py"])], [("second", ["tests/b/test_2.py"])]]
+    assert all(sum(p.seconds for p in call) <= 400.0 for call in calls)
