@@ -31,15 +31,13 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import ROOT, SKIP, Loop, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import Loop, project_repository, run_in_scratch, tree_commit, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
 
 CANDIDATE = "dit_impl/fast/candidate.py"
 
@@ -213,12 +211,7 @@ def judge(template: Path, work: Path, log, name: str, body: str | None) -> tuple
 
 def run(base: Path, log, on_gpu: bool, only: str | None) -> tuple[list[Result], int]:
     template = base / "template"
-    shutil.copytree(ROOT, template, ignore=SKIP)
-    loop = Loop(template, log)
-    loop.git("init", "-q")
-    loop.git("add", "-A")
-    loop.git("commit", "-qm", "the project")
-    baseline = loop.baseline()
+    baseline = project_repository(template, log).baseline()
     print(f"{'PASS' if baseline == 0 else 'FAIL'}  baseline, lane dit: exit {baseline} (expected 0)", flush=True)
     if baseline != 0:
         return [], baseline
@@ -246,15 +239,9 @@ def main(argv: list[str] | None = None) -> int:
 
     on_gpu = torch.cuda.is_available()
     started = time.time()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or None  # the tree copied now (a commit made meanwhile is not it)
-    base = Path(tempfile.mkdtemp(prefix="ditgate-attacks-"))
-    error = None
-    with (base / "attacks.log").open("w") as log:
-        try:
-            results, baseline = run(base, log, on_gpu, ns.only)
-        except Exception as exc:  # noqa: BLE001 - recorded, and the run fails
-            results, baseline, error = [], -1, f"{type(exc).__name__}: {exc}"
+    commit = tree_commit()
+    (results, baseline), error, base = run_in_scratch("attacks", lambda base, log: run(base, log, on_gpu, ns.only),
+                                                      ([], -1))
     targets = [{"name": r.name, "value": r.exit, "limit": r.expected, "reason": r.reason, "reasons": r.reasons,
                 "pass": r.passed} for r in results]
     record = {"targets": targets, "baseline_exit": baseline, "error": error,

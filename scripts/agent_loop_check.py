@@ -146,6 +146,34 @@ def write_record(record: dict, path: str, base: Path, log: Path) -> None:
     Path(path).with_suffix(".log").write_text(scrub(log.read_text(errors="replace"), base))
 
 
+def project_repository(work: Path, log) -> Loop:
+    """The working tree copied to ``work`` (no caches, environments or results) as a new git repository of one
+    commit, and the loop that runs in it."""
+    shutil.copytree(ROOT, work, ignore=SKIP)
+    loop = Loop(work, log)
+    loop.git("init", "-q")
+    loop.git("add", "-A")
+    loop.git("commit", "-qm", "the project")
+    return loop
+
+
+def tree_commit() -> str | None:
+    """HEAD's short id: the tree a script copies now (a commit made meanwhile is not it)."""
+    return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip() or None
+
+
+def run_in_scratch(name: str, action, failed):
+    """``action(base, log)`` in a fresh temporary folder with ``<name>.log`` there open for it: (its result, or
+    ``failed`` where it raised; the error's text or None; the folder). A broken run is recorded, not raised."""
+    base = Path(tempfile.mkdtemp(prefix=f"ditgate-{name}-"))
+    with (base / f"{name}.log").open("w") as log:
+        try:
+            return action(base, log), None, base
+        except Exception as exc:  # noqa: BLE001 - recorded, and the run fails
+            return failed, f"{type(exc).__name__}: {exc}", base
+
+
 def timed(action) -> tuple[int, float]:
     started = time.perf_counter()
     code = action()
@@ -153,10 +181,7 @@ def timed(action) -> tuple[int, float]:
 
 
 def run(work: Path, log, on_gpu: bool) -> list[dict]:
-    loop = Loop(work, log)
-    loop.git("init", "-q")
-    loop.git("add", "-A")
-    loop.git("commit", "-qm", "the project")
+    loop = project_repository(work, log)
     targets = []
 
     def expect(name: str, code: int, expected: int, keep: bool = False) -> None:
@@ -266,21 +291,12 @@ def main(argv: list[str] | None = None) -> int:
 
     on_gpu = torch.cuda.is_available()
     started = time.time()
-    work = Path(tempfile.mkdtemp(prefix="ditgate-loop-")) / "project"
-    shutil.copytree(ROOT, work, ignore=SKIP)
-    error = None
-    with (work.parent / "loop.log").open("w") as log:
-        try:
-            targets = run(work, log, on_gpu)
-        except Exception as exc:  # noqa: BLE001 - recorded, and the run fails
-            targets, error = [], f"{type(exc).__name__}: {exc}"
-    log_text = (work.parent / "loop.log").read_text()
+    targets, error, base = run_in_scratch("loop", lambda base, log: run(base / "project", log, on_gpu), [])
     record = {"targets": targets, "error": error, "seconds": round(time.time() - started, 1), "on_gpu": on_gpu}
     if ns.json:
-        Path(ns.json).write_text(json.dumps(record, indent=1) + "\n")
-        Path(ns.json).with_suffix(".log").write_text(log_text)
+        write_record(record, ns.json, base, base / "loop.log")
     if not ns.keep:
-        shutil.rmtree(work.parent, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
     if error:
         print(f"agent loop broke: {error}", file=sys.stderr)
     return 0 if targets and all(t["pass"] for t in targets) and not error else 1

@@ -40,16 +40,15 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import HONEST, ROOT, SKIP, Loop, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import (HONEST, Loop, project_repository, run_in_scratch,  # noqa: E402 - the loop's
+                              tree_commit, verdict_of, write_record)  # repository and commands
 
 CANDIDATE = "dit_impl/fast/candidate.py"
 ATTENTION = "dit_impl/fast/attention.py"
@@ -172,12 +171,7 @@ def run(base: Path, log, device: str, fp8: bool, chosen: list[Candidate]) -> lis
     templates: dict[str, Path] = {}
     for lane in sorted({c.lane for c in chosen}):
         root = base / f"template-{lane}"
-        shutil.copytree(ROOT, root, ignore=SKIP)
-        loop = Loop(root, log)
-        loop.git("init", "-q")
-        loop.git("add", "-A")
-        loop.git("commit", "-qm", "the project")
-        code = loop.ditgate("baseline", "--lane", lane)
+        code = project_repository(root, log).ditgate("baseline", "--lane", lane)
         expect(f"baseline, lane {lane}", {"exit": code, "judged": None, "reasons": [], "objective": None,
                                           "notes": [], "quality": {}}, (0,))
         if code == 0:
@@ -227,15 +221,8 @@ def main(argv: list[str] | None = None) -> int:
     device = "gpu" if on_gpu else "cpu"
     chosen = select(candidates(ns.honest_fraction, ns.harmful_steps), on_gpu, ns.only, ns.lane)
     started = time.time()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or None  # the tree copied now (a commit made meanwhile is not it)
-    base = Path(tempfile.mkdtemp(prefix="ditgate-classes-"))
-    error = None
-    with (base / "classes.log").open("w") as log:
-        try:
-            targets = run(base, log, device, fp8, chosen)
-        except Exception as exc:  # noqa: BLE001 - recorded, and the run fails
-            targets, error = [], f"{type(exc).__name__}: {exc}"
+    commit = tree_commit()
+    targets, error, base = run_in_scratch("classes", lambda base, log: run(base, log, device, fp8, chosen), [])
     record = {"targets": targets, "error": error, "seconds": round(time.time() - started, 1), "device": device,
               "fp8_gemms": fp8, "honest_fraction": ns.honest_fraction, "harmful_steps": ns.harmful_steps,
               "torch": torch.__version__,

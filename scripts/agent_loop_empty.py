@@ -14,23 +14,18 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import ROOT, SKIP, Loop, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import (project_repository, run_in_scratch, tree_commit, verdict_of,  # noqa: E402 - the
+                              write_record)  # loop's repository and commands
 
 
 
 def run(work: Path, log, runs: int) -> tuple[int, list[dict]]:
-    shutil.copytree(ROOT, work, ignore=SKIP)
-    loop = Loop(work, log)
-    loop.git("init", "-q")
-    loop.git("add", "-A")
-    loop.git("commit", "-qm", "the project")
+    loop = project_repository(work, log)
     baseline = loop.baseline()
     print(f"{'PASS' if baseline == 0 else 'FAIL'}  baseline, lane dit: exit {baseline} (expected 0)", flush=True)
     results: list[dict] = []
@@ -62,16 +57,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     on_gpu = torch.cuda.is_available()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                            text=True).stdout.strip() or None
+    commit = tree_commit()
     started = time.time()
-    base = Path(tempfile.mkdtemp(prefix="ditgate-empty-"))
-    error = None
-    with (base / "empty.log").open("w") as log:
-        try:
-            baseline, results = run(base / "work", log, ns.runs)
-        except Exception as exc:  # noqa: BLE001 - recorded, and the run fails
-            baseline, results, error = -1, [], f"{type(exc).__name__}: {exc}"
+    (baseline, results), error, base = run_in_scratch("empty", lambda base, log: run(base / "work", log, ns.runs),
+                                                      (-1, []))
     discards = sum(r["exit"] == 11 for r in results)
     others = [r for r in results if r["exit"] not in (0, 11)]
     passed = baseline == 0 and not error and len(results) == ns.runs and discards >= need and not others
