@@ -351,9 +351,7 @@ def run_part(record: dict[str, Any], stage: gpu_record.Stage, units: list[str], 
     if unjudged:
         print(f"[gpu_check] {stage.name}: {len(unjudged)} unit(s) stopped at the time limit before all their tests "
               f"ran; they stay in debt: {', '.join(unjudged[:6])}" + (" ..." if len(unjudged) > 6 else ""), flush=True)
-    for unit in units:
-        if unit in unjudged:
-            continue
+    for unit in (u for u in units if u in results):
         inputs, packages, gap = derived[unit]
         result = dict(results[unit])
         changed = [f for f in inputs if after(f) != before(f)]
