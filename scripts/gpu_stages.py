@@ -28,9 +28,10 @@ RECORDER = Path(__file__).resolve().parent / "read_recorder"
 #: the tolerance corpus (it times nothing): this many pytest processes share one GPU, each a shard
 CORPUS = "tests/gates/test_tolerance_corpus_gpu.py"
 CORPUS_SHARDS = 6
-#: the plugin stage's tests (everything that is not a GPU suite), on this many xdist workers at most
+#: the plugin stage's tests (everything that is not a GPU suite), on this many xdist workers at most (12 of a GPU
+#: host's 16 cores: the rest for the processes its tests start)
 PLUGIN_TESTS = ("tests/plugin", "tests/dit_impl")
-PLUGIN_WORKERS = 8
+PLUGIN_WORKERS = 12
 #: the suites stage's tests: every other test file, in one pytest process (GPU tests share one device);
 #: suite names for its counts
 SUITES = {
