@@ -22,6 +22,8 @@ device too) and of the stage's definition (``gpu_record.py``). So a change costs
 - ``--stages A,B`` (a CUDA machine): the debt of the named stages only. A red unit runs again only when its
   stage is named with the reason (``--rerun STAGE=WHY``): the new result counts, and the earlier one stays
   under ``superseded``.
+- ``--gpus N``: on a machine of several GPUs, run a call's parts on a lane per GPU (at most N; ``gpu_lanes.py``);
+  with ``--plan``, plan for a machine of N GPUs (default 1).
 - ``--explain UNIT``: a unit's inputs, key and state. ``--hash``: the tree hash (provenance).
 
 Logs and recordings go to ``--logs`` (default: a temporary folder).
