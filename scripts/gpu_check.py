@@ -22,6 +22,8 @@ device too) and of the stage's definition (``gpu_record.py``). So a change costs
 - ``--stages A,B`` (a CUDA machine): the debt of the named stages only. A red unit runs again only when its
   stage is named with the reason (``--rerun STAGE=WHY``): the new result counts, and the earlier one stays
   under ``superseded``.
+- ``--gpus N``: on a machine of several GPUs, run a call's parts on a lane per GPU (at most N; ``gpu_lanes.py``);
+  with ``--plan``, plan for a machine of N GPUs (default 1).
 - ``--explain UNIT``: a unit's inputs, key and state. ``--hash``: the tree hash (provenance).
 
 Logs and recordings go to ``--logs`` (default: a temporary folder).
@@ -39,11 +41,12 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import gpu_inputs  # noqa: E402 - what a unit read, standard library only
+import gpu_lanes  # noqa: E402 - a lane per GPU on a machine of several, standard library only
 import gpu_record  # noqa: E402 - the record's keys and states, standard library only
 import gpu_stages  # noqa: E402 - what each stage runs
 
@@ -87,7 +90,8 @@ def environment() -> dict[str, Any]:
                             "python_full": sys.version.split()[0], "cores": os.cpu_count()}
     if torch.cuda.is_available():
         props = torch.cuda.get_device_properties(0)
-        info.update(device=props.name, arch=f"sm_{props.major}{props.minor}", memory_gb=round(props.total_memory / 2**30, 1))
+        info.update(device=props.name, arch=f"sm_{props.major}{props.minor}", memory_gb=round(props.total_memory / 2**30, 1),
+                    device_count=torch.cuda.device_count())
         try:
             info["driver"] = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
                                             capture_output=True, text=True, timeout=30).stdout.strip()
@@ -249,23 +253,84 @@ def pack(record: dict[str, Any], todo: list[gpu_record.UnitState], capacity: flo
     return [call for call in calls if call and any(part.units for part in call)]
 
 
+def lane_parts(record: dict[str, Any], todo: list[gpu_record.UnitState], capacity: float) -> list[Part]:
+    """``todo`` as parts that each fit a lane: a whole stage's units one by one, a test stage's units split as
+    ``pack`` splits them over calls."""
+    parts: list[Part] = []
+    for stage in STAGES:
+        mine = [s for s in todo if s.stage is stage]
+        parts += [part for call in pack(record, mine, capacity) for part in call if part.units]
+    return parts
+
+
+def lane_load(parts: list[Part]) -> float:
+    return sum(part.seconds for part in parts)
+
+
+def cheapest_lane(calls: list[list[list[Part]]], part: Part, capacity: float) -> tuple[int, int] | None:
+    """The (call, lane) where ``part`` fits and lengthens its call (its longest lane) least; ties go to the
+    earlier call, then the emptier lane. None when it fits no lane."""
+    best: tuple[tuple[float, int, float], tuple[int, int]] | None = None
+    for number, call in enumerate(calls):
+        longest = max(lane_load(lane) for lane in call)
+        for index, lane in enumerate(call):
+            load = lane_load(lane) + part.seconds
+            if load > capacity:
+                continue
+            rank = (max(longest, load) - longest, number, load)
+            if best is None or rank < best[0]:
+                best = (rank, (number, index))
+    return best[1] if best else None
+
+
+def pack_lanes(record: dict[str, Any], todo: list[gpu_record.UnitState], capacity: float,
+               lanes: int) -> list[list[list[Part]]]:
+    """``todo`` packed into calls of ``lanes`` lanes (a lane per GPU), each lane's parts run one after another
+    within ``capacity``: the longest part first, each where it lengthens the calls least (a call lasts as long
+    as its longest lane), a new call when it fits no lane. One lane: ``pack``'s calls, in stage order."""
+    if lanes <= 1:
+        return [[call] for call in pack(record, todo, capacity)]
+    calls: list[list[list[Part]]] = []
+    for part in sorted(lane_parts(record, todo, capacity), key=lambda p: p.seconds, reverse=True):
+        place = cheapest_lane(calls, part, capacity)
+        if place is None:
+            calls.append([[] for _ in range(lanes)])
+            place = (len(calls) - 1, 0)
+        calls[place[0]][place[1]].append(part)
+    return calls
+
+
+def call_row(call: list[list[Part]]) -> dict[str, Any]:
+    """A call of the plan: its lanes' parts (the empty lanes left out), each lane's seconds, and the call's
+    seconds (its longest lane and the set-up)."""
+    lanes = [[{"stage": p.stage.name, "units": [u.unit for u in p.units], "seconds": round(p.seconds, 1)}
+              for p in lane if p.units] for lane in call]
+    lanes = [lane for lane in lanes if lane]
+    lane_s = [round(sum(p["seconds"] for p in lane), 1) for lane in lanes]
+    return {"parts": [p for lane in lanes for p in lane], "lanes": lanes, "lane_s": lane_s,
+            "seconds": round(max(lane_s, default=0.0) + CALL_SETUP_S, 1)}
+
+
 def plan_summary(record: dict[str, Any], states: list[gpu_record.UnitState], reruns: dict[str, str] | None = None,
-                 call_s: float = CALL_LIMIT_S, leave_out: set[str] | None = None) -> dict[str, Any]:
-    """The calls a tree needs: each call's parts and estimated seconds (set-up included), and the device time
-    in all with one machine start. ``leave_out``: units (``stage:unit``) not to count."""
+                 call_s: float = CALL_LIMIT_S, leave_out: set[str] | None = None, gpus: int = 1) -> dict[str, Any]:
+    """The calls a tree needs on a machine of ``gpus`` GPUs: each call's lanes and parts and its estimated
+    seconds (its longest lane and the set-up), and the device time in all with one machine start.
+    ``leave_out``: units (``stage:unit``) not to count."""
     todo = [s for s in due(states, reruns) if f"{s.stage.name}:{s.unit}" not in (leave_out or set())]
-    calls = pack(record, todo, call_s - CALL_SETUP_S - CALL_MARGIN_S)
-    rows = []
-    for call in calls:
-        parts = [{"stage": p.stage.name, "units": [u.unit for u in p.units], "seconds": round(p.seconds, 1)}
-                 for p in call if p.units]
-        rows.append({"parts": parts, "seconds": round(sum(p["seconds"] for p in parts) + CALL_SETUP_S, 1)})
+    rows = [call_row(call) for call in pack_lanes(record, todo, call_s - CALL_SETUP_S - CALL_MARGIN_S, gpus)]
+    rows = [row for row in rows if row["parts"]]
     work = sum(r["seconds"] for r in rows)
     red = [f"{s.stage.name}: {s.unit}" for s in states if s.status == "red" and s not in todo]
     stage_s = sum(p["seconds"] for r in rows for p in r["parts"])
     return {"units": len(todo), "stages": sorted({s.stage.name for s in todo}, key=lambda n: list(BY_NAME).index(n)),
             "unit_ids": [f"{s.stage.name}:{s.unit}" for s in todo], "calls": rows, "device_s": round(work + (MACHINE_START_S if rows else 0), 1), "work_s": round(work, 1),
-            "stage_s": round(stage_s, 1), "red_not_rerun": red}
+            "stage_s": round(stage_s, 1), "red_not_rerun": red, "gpus": gpus}
+
+
+def print_parts(parts: list[dict[str, Any]], indent: str) -> None:
+    for part in parts:
+        shown = ", ".join(part["units"][:4]) + (f" (+{len(part['units']) - 4} more)" if len(part["units"]) > 4 else "")
+        print(f"{indent}{part['stage']:9s} {len(part['units']):3d} unit(s), about {part['seconds']:.0f} s: {shown}")
 
 
 def print_plan(summary: dict[str, Any]) -> None:
@@ -274,14 +339,20 @@ def print_plan(summary: dict[str, Any]) -> None:
               (f" (red, not run again without --rerun: {', '.join(summary['red_not_rerun'])})"
                if summary["red_not_rerun"] else ""))
         return
-    print(f"{summary['units']} units of {', '.join(summary['stages'])} to run on a GPU: about "
+    gpus = summary.get("gpus", 1)
+    where = "a GPU" if gpus == 1 else f"{gpus} GPUs (a lane each)"
+    print(f"{summary['units']} units of {', '.join(summary['stages'])} to run on {where}: about "
           f"{summary['device_s']:.0f} s of device time in {len(summary['calls'])} call(s) "
           f"(each at most {CALL_LIMIT_S} s, {CALL_SETUP_S} s of set-up in each; {MACHINE_START_S} s to start a machine)")
     for number, call in enumerate(summary["calls"], 1):
-        print(f"  call {number}, about {call['seconds']:.0f} s:")
-        for part in call["parts"]:
-            shown = ", ".join(part["units"][:4]) + (f" (+{len(part['units']) - 4} more)" if len(part["units"]) > 4 else "")
-            print(f"    {part['stage']:9s} {len(part['units']):3d} unit(s), about {part['seconds']:.0f} s: {shown}")
+        if gpus == 1:
+            print(f"  call {number}, about {call['seconds']:.0f} s:")
+            print_parts(call["parts"], "    ")
+            continue
+        print(f"  call {number}, about {call['seconds']:.0f} s, {len(call['lanes'])} lane(s) in parallel:")
+        for lane, (parts, seconds) in enumerate(zip(call["lanes"], call["lane_s"]), 1):
+            print(f"    lane {lane}, about {seconds:.0f} s:")
+            print_parts(parts, "      ")
     if summary["red_not_rerun"]:
         print(f"  red, not run again without --rerun STAGE=WHY: {', '.join(summary['red_not_rerun'])}")
 
@@ -326,31 +397,55 @@ def derive(stage: gpu_record.Stage, units: list[str], folder: Path, graph: gpu_i
     return out
 
 
-def run_part(record: dict[str, Any], stage: gpu_record.Stage, units: list[str], env: dict[str, Any], logs: Path,
-             out: Path, reruns: dict[str, str]) -> dict[str, Any]:
-    """Run ``units`` of ``stage`` recorded, and merge a result per unit into ``record``."""
-    before = tree_hashes(ROOT)
+@dataclass
+class Ran:
+    """What one part's run left: a result per unit that ran to its end, the recordings its units' inputs come
+    from (a test stage: one for all its units; a whole stage: one per unit), its wall time and start."""
+
+    stage: gpu_record.Stage
+    units: list[str]
+    results: dict[str, dict[str, Any]]
+    recordings: list[tuple[list[str], Path]]
+    wall: float
+    started: str
+
+
+def run_units(stage: gpu_record.Stage, units: list[str], arch: str, logs: Path, out: Path,
+              lane: gpu_lanes.Lane | None = None) -> Ran:
+    """Run ``units`` of ``stage`` recorded (on ``lane``'s GPU and cores, where the machine has several)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    print(f"[gpu_check] {stage.name}: {len(units)} unit(s) ...", flush=True)
-    graph = gpu_inputs.ImportGraph(ROOT)
+    print(f"[gpu_check{f' lane {lane.index}' if lane else ''}] {stage.name}: {len(units)} unit(s) ...", flush=True)
     if stage.kind == "tests":
-        recorded = gpu_stages.Recorded(logs, stage.name)
+        recorded = gpu_stages.Recorded(logs, stage.name, lane)
         results, wall = gpu_stages.run_tests(stage, units, logs, recorded)
-        derived = derive(stage, units, recorded.folder, graph, ROOT)
-    else:  # a whole stage's units (its shards) run one after the other, each recorded on its own
-        results, derived, wall = {}, {}, 0.0
-        for unit in units:
-            recorded = gpu_stages.Recorded(logs, unit)
-            results[unit] = gpu_stages.run_whole(stage, unit, env["arch"], logs, out, recorded)
-            wall += float(results[unit].get("seconds", 0.0))
-            derived.update(derive(stage, [unit], recorded.folder, graph, ROOT))
+        return Ran(stage, units, results, [(units, recorded.folder)], wall, started)
+    results, recordings, wall = {}, [], 0.0  # a whole stage's units (its shards), one after the other
+    for unit in units:
+        recorded = gpu_stages.Recorded(logs, unit, lane)
+        results[unit] = gpu_stages.run_whole(stage, unit, arch, logs, out, recorded)
+        wall += float(results[unit].get("seconds", 0.0))
+        recordings.append(([unit], recorded.folder))
+    return Ran(stage, units, results, recordings, wall, started)
+
+
+def merge_ran(record: dict[str, Any], ran: Ran, env: dict[str, Any], before: gpu_record.Hashes,
+              graph: gpu_inputs.ImportGraph, reruns: dict[str, str], lanes_beside: int | None = None) -> dict[str, Any]:
+    """Merge a result per unit of ``ran`` into ``record``, with the inputs its recording shows; a unit whose
+    inputs changed since ``before`` or whose reads are unknown fails. ``lanes_beside``: the other lanes busy
+    while it ran (a benchmark's provenance)."""
+    stage, units, results = ran.stage, ran.units, ran.results
+    derived: dict[str, tuple[list[str], set[str], str | None]] = {}
+    for recorded_units, folder in ran.recordings:
+        derived.update(derive(stage, recorded_units, folder, graph, ROOT))
     after = gpu_record.Hashes(ROOT)
     record.setdefault("schema", gpu_record.SCHEMA)
-    snapshot = gpu_record.snapshot_of(record, {f for inputs, _, _ in derived.values() for f in inputs}, before, started)
+    snapshot = gpu_record.snapshot_of(record, {f for inputs, _, _ in derived.values() for f in inputs}, before,
+                                      ran.started)
     unjudged = [unit for unit in units if unit not in results]
     if unjudged:
         print(f"[gpu_check] {stage.name}: {len(unjudged)} unit(s) stopped at the time limit before all their tests "
               f"ran; they stay in debt: {', '.join(unjudged[:6])}" + (" ..." if len(unjudged) > 6 else ""), flush=True)
+    unit_env = dict(env, lanes_beside=lanes_beside) if stage.per_device and lanes_beside is not None else env
     for unit in (u for u in units if u in results):
         inputs, packages, gap = derived[unit]
         result = dict(results[unit])
@@ -362,16 +457,60 @@ def run_part(record: dict[str, Any], stage: gpu_record.Stage, units: list[str], 
             result["passed"] = False
             result.setdefault("failures", []).insert(0, gap)
         result["inputs"] = len(inputs)
-        record = gpu_record.merge_unit(record, stage, unit, inputs, packages, env, result, started, snapshot, before,
-                                       reruns.get(stage.name))
+        record = gpu_record.merge_unit(record, stage, unit, inputs, packages, unit_env, result, ran.started, snapshot,
+                                       before, reruns.get(stage.name))
     if stage.kind == "tests" and not unjudged:  # a stopped run's times are not the stage's
         times = [results[u]["seconds"] for u in units]
-        gpu_record.add_run(record, stage, {"started": started, "wall_s": round(wall, 1), "units": len(units),
+        gpu_record.add_run(record, stage, {"started": ran.started, "wall_s": round(ran.wall, 1), "units": len(units),
                                            "unit_s": round(sum(times), 1), "longest_s": max(times, default=0.0),
                                            "workers": min(stage.workers, len(units)), "device": env.get("device")})
-    print(f"[gpu_check] {stage.name}: {sum(results[u]['passed'] for u in results)}/{len(units)} passed in {wall:.0f} s",
-          flush=True)
+    print(f"[gpu_check] {stage.name}: {sum(results[u]['passed'] for u in results)}/{len(units)} passed in "
+          f"{ran.wall:.0f} s", flush=True)
     return record
+
+
+def run_part(record: dict[str, Any], stage: gpu_record.Stage, units: list[str], env: dict[str, Any], logs: Path,
+             out: Path, reruns: dict[str, str]) -> dict[str, Any]:
+    """Run ``units`` of ``stage`` recorded, and merge a result per unit into ``record`` (one GPU)."""
+    before = tree_hashes(ROOT)
+    graph = gpu_inputs.ImportGraph(ROOT)
+    return merge_ran(record, run_units(stage, units, env["arch"], logs, out), env, before, graph, reruns)
+
+
+def run_on_lanes(record: dict[str, Any], call: list[list[Part]], lanes: list[gpu_lanes.Lane], env: dict[str, Any],
+                 logs: Path, out: Path, reruns: dict[str, str], save: Callable[[dict[str, Any]], dict[str, Any]]
+                 ) -> dict[str, Any]:
+    """Run a call's lanes in parallel, a lane per GPU, each in its own folder of ``logs``; merge each part
+    into ``record`` here, as it finishes, and ``save`` the record after each (a call stopped by SIGINT keeps
+    what finished)."""
+    before = tree_hashes(ROOT)  # the whole call's: an input changed while any part ran is seen
+    graph = gpu_inputs.ImportGraph(ROOT)
+    merged = {"record": record}
+
+    def run(lane: gpu_lanes.Lane, part: Part) -> Ran:
+        folder = lane.folder(logs)
+        folder.mkdir(parents=True, exist_ok=True)
+        return run_units(part.stage, [u.unit for u in part.units], env["arch"], folder, out, lane)
+
+    def done(part: Part, ran: Ran, lanes_beside: int) -> None:
+        merged["record"] = save(merge_ran(merged["record"], ran, env, before, graph, reruns, lanes_beside))
+
+    gpu_lanes.run_lanes([(lane, parts) for lane, parts in zip(lanes, call) if parts], run, done)
+    return merged["record"]
+
+
+def save_record(record: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Write ``record`` (units that no longer exist dropped, the tree's hash noted) to ``path``."""
+    record = gpu_record.forget_missing(record, STAGES, ROOT)
+    record["tree_hash"] = tree_hash()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    return record
+
+
+def lane_count(env: dict[str, Any], cap: int | None) -> int:
+    """How many lanes a run gets: the machine's GPUs, at most ``cap``."""
+    return max(1, min(int(env.get("device_count") or 1), cap or sys.maxsize))
 
 
 def print_table(record: dict[str, Any], states: list[gpu_record.UnitState], title: str) -> None:
@@ -417,9 +556,10 @@ def run_check(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     states = with_legacy_times(load_record(record_path), gpu_record.states(record, STAGES, ROOT, env))
     todo = [s for s in due(states, reruns) if not named or s.stage.name in named]
     capacity = ns.budget_s if ns.budget_s is not None else float("inf")
-    calls = pack(record, todo, capacity)
+    lanes = lane_count(env, ns.gpus)
+    calls = pack_lanes(record, todo, capacity, lanes)
     now = calls[0] if calls else []
-    chosen = {id(u) for part in now for u in part.units}
+    chosen = {id(u) for lane in now for part in lane for u in part.units}
     later = [s for s in todo if id(s) not in chosen]
     for stage in STAGES:
         mine = [s for s in states if s.stage is stage]
@@ -430,14 +570,15 @@ def run_check(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     logs = Path(ns.logs) if ns.logs else Path(tempfile.mkdtemp(prefix="gpu_check-"))
     out = Path(ns.out) if ns.out else logs / "results"
     out.mkdir(parents=True, exist_ok=True)
-    for part in now:
+    if lanes > 1:
+        print(f"[gpu_check] {lanes} GPUs: a lane each, their logs in lane-N folders", flush=True)
+        record = run_on_lanes(record, now, gpu_lanes.machine_lanes(lanes), env, logs, out, reruns,
+                              lambda merged: save_record(merged, out_path))
+    for part in now[0] if lanes == 1 and now else []:
         if not part.units:
             continue
-        record = run_part(record, part.stage, [u.unit for u in part.units], env, logs, out, reruns)
-        record = gpu_record.forget_missing(record, STAGES, ROOT)
-        record["tree_hash"] = tree_hash()
-        out_path.parent.mkdir(parents=True, exist_ok=True)
-        out_path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+        record = save_record(run_part(record, part.stage, [u.unit for u in part.units], env, logs, out, reruns),
+                             out_path)
     final = gpu_record.states(record, STAGES, ROOT, env)
     print_table(record, final, f"gpu_check on {env.get('device')} ({env.get('arch')}), tree {tree_hash()[:12]}")
     if later:
@@ -511,6 +652,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="run (or plan) only the units whose estimated times fit this many seconds")
     parser.add_argument("--leave-out", default=None, metavar="JSON",
                         help="with --plan: a JSON list of units (stage:unit) to leave out of the plan")
+    parser.add_argument("--gpus", type=int, default=None, metavar="N",
+                        help="run on at most N of the machine's GPUs, a lane each (default: all); with --plan, plan "
+                             "for a machine of N GPUs (default 1)")
     parser.add_argument("--record", default=str(RESULT), help="the record to read (default: the committed one)")
     parser.add_argument("--json", default=None,
                         help="where to write the merged record (default: --record); with --plan, the plan as JSON")
@@ -529,11 +673,12 @@ def main(argv: list[str] | None = None) -> int:
         if ns.plan:
             states = with_legacy_times(record, gpu_record.states(record, STAGES, ROOT))
             leave_out = set(json.loads(Path(ns.leave_out).read_text())) if ns.leave_out else None
-            summary = plan_summary(record, states, call_s=CALL_LIMIT_S, leave_out=leave_out)
+            gpus = ns.gpus or 1
+            summary = plan_summary(record, states, call_s=CALL_LIMIT_S, leave_out=leave_out, gpus=gpus)
             if ns.budget_s is not None:
-                fits = pack(record, due(states), ns.budget_s - CALL_SETUP_S - CALL_MARGIN_S)
+                fits = pack_lanes(record, due(states), ns.budget_s - CALL_SETUP_S - CALL_MARGIN_S, gpus)
                 summary["fits_budget"] = [{"stage": p.stage.name, "units": [u.unit for u in p.units]}
-                                          for p in (fits[0] if fits else []) if p.units]
+                                          for lane in (fits[0] if fits else []) for p in lane if p.units]
             if ns.json:
                 Path(ns.json).write_text(json.dumps(summary, indent=1) + "\n")
             print_plan(summary)

@@ -42,8 +42,9 @@ KEY_SCHEME = ("key = sha256 of the canonical JSON (sorted keys, no spaces) of {\
 COMPUTE_FIELDS = ("arch", "torch", "cuda", "triton", "python")
 #: besides those, a benchmark result is keyed by its device
 DEVICE_FIELDS = ("device",)
-#: kept in every entry, never in a key
-PROVENANCE_FIELDS = ("device", "driver", "memory_gb", "python_full", "cores")
+#: kept in every entry, never in a key (``lanes_beside``: on a machine of several GPUs, the most other lanes
+#: busy at once while a benchmark ran: its timings shared the host with theirs)
+PROVENANCE_FIELDS = ("device", "driver", "memory_gb", "python_full", "cores", "lanes_beside")
 #: the paths whose changes the tree hash covers (provenance: the tree a record was made on)
 HASHED_DIRS = ("src", "kernels", "dit_impl", "tests", "golden", "fixtures", "scripts")
 HASHED_FILES = ("conftest.py", "pyproject.toml")

@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
+import gpu_lanes
 from gpu_record import Stage
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,9 +72,11 @@ IGNORE_IN = ("src/pytest_ditgate/golden/fixed_paths.py:expand,table_digest,evalu
 class Recorded:
     """A folder for one stage run's recording and the environment that starts the recorder in every process.
     The recorder's modules are copied outside the project (the judge refuses ``PYTHONPATH`` entries inside
-    it that are not fixed folders)."""
+    it that are not fixed folders). On a machine of several GPUs, ``lane`` is the GPU and cores the run's
+    processes get."""
 
-    def __init__(self, logs: Path, stage: str) -> None:
+    def __init__(self, logs: Path, stage: str, lane: gpu_lanes.Lane | None = None) -> None:
+        self.lane = lane
         self.folder = logs / f"record-{stage}"
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
@@ -81,8 +84,12 @@ class Recorded:
         for name in ("sitecustomize.py", "gpucheck_recorder.py"):
             shutil.copy2(RECORDER / name, self.code / name)
 
+    def bare_env(self, **extra: str) -> dict[str, str]:
+        """A process's environment without the recorder (on the run's lane)."""
+        return child_env(**(self.lane.env() if self.lane else {}), **extra)
+
     def env(self, unit: str | None = None, **extra: str) -> dict[str, str]:
-        env = child_env(**extra)
+        env = self.bare_env(**extra)
         env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(self.code), env.get("PYTHONPATH", "")]))
         env["GPUCHECK_RECORD_DIR"] = str(self.folder)
         env["GPUCHECK_RECORD_IGNORE_IN"] = IGNORE_IN
@@ -113,8 +120,10 @@ def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limi
     started = []
     for command, log, env in runs:
         out = log.open("w")
-        started.append((subprocess.Popen(command, cwd=cwd, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True), out))
+        process = subprocess.Popen(gpu_lanes.pinned(command, env), cwd=cwd, stdout=out, stderr=subprocess.STDOUT,
+                                   env=env, start_new_session=True)
+        gpu_lanes.GROUPS.started(process)  # a stop of the lanes kills it
+        started.append((process, out))
     codes = []
     try:
         for process, out in started:
@@ -124,6 +133,7 @@ def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limi
                 stop_group(process)
                 out.write(f"\n[gpu_check] stopped after {limit:.0f} s\n")
                 codes.append(124)
+            gpu_lanes.GROUPS.ended(process)
             out.close()
     except BaseException:  # interrupted (the call's own limit): leave no process group running on the GPU
         for process, _ in started:
@@ -184,20 +194,17 @@ def junit_units(xml: Path) -> dict[str, dict[str, Any]]:
     return units
 
 
-def collected_counts(units: list[str], env: dict[str, str], limit: float = 180.0) -> dict[str, int] | None:
-    """How many tests pytest collects from each unit (``--co``, without the recorder): a run stopped at its
-    limit then credits the units whose every test ran. None when the collection fails."""
+def collected_counts(units: list[str], env: dict[str, str], log: Path, limit: float = 180.0) -> dict[str, int] | None:
+    """How many tests pytest collects from each unit (``--co``, without the recorder; its output in ``log``): a
+    run stopped at its limit then credits the units whose every test ran. None when the collection fails."""
     command = [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "--co", "-q", *units]
-    try:
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=limit)
-    except subprocess.TimeoutExpired:
-        return None
-    if done.returncode not in (0, 5):
+    code, _ = run_logged(command, log, limit, env)
+    if code not in (0, 5):
         return None
     counts: dict[str, int] = {}
-    for line in done.stdout.splitlines():
+    for line in log.read_text(errors="replace").splitlines():
         path, sep, _ = line.partition("::")
-        if sep:
+        if sep and path in units:
             counts[path] = counts.get(path, 0) + 1
     return counts
 
@@ -247,20 +254,24 @@ def run_plugin(units: list[str], logs: Path, limit: float, recorded: Recorded) -
     """The plugin's own tests and the workloads' CPU tests on the GPU host, in xdist workers (one torch thread
     each, as on a CI machine), the ``gpu_check``-marked ones too."""
     xml = logs / "plugin.xml"
-    workers = str(min(PLUGIN_WORKERS, max(1, len(units))))
-    command = pytest_command(xml, 20, "-n", workers, *units)
+    command = pytest_command(xml, 20, "-n", str(plugin_workers(len(units), recorded.lane)), *units)
     started = time.monotonic()
-    collected = collected_counts(units, child_env(OMP_NUM_THREADS="1"))
+    collected = collected_counts(units, recorded.bare_env(OMP_NUM_THREADS="1"), logs / "plugin-collect.log")
     left = limit - (time.monotonic() - started)
     code, seconds = run_logged(command, logs / "plugin.log", left, recorded.env(OMP_NUM_THREADS="1"))
     return unit_results(units, [code], [xml], collected), time.monotonic() - started
+
+
+def plugin_workers(units: int, lane: gpu_lanes.Lane | None) -> int:
+    """The plugin stage's xdist workers: one per unit, at most ``PLUGIN_WORKERS``, and at most its lane's cores."""
+    return max(1, min(PLUGIN_WORKERS, units, len(lane.cpus) if lane else PLUGIN_WORKERS))
 
 
 def run_suites(units: list[str], logs: Path, limit: float, recorded: Recorded) -> tuple[dict[str, dict], float]:
     """The GPU suites in one pytest process (they share the device)."""
     xml = logs / "suites.xml"
     started = time.monotonic()
-    collected = collected_counts(units, child_env())
+    collected = collected_counts(units, recorded.bare_env(), logs / "suites-collect.log")
     left = limit - (time.monotonic() - started)
     code, seconds = run_logged(pytest_command(xml, 20, *units), logs / "suites.log", left, recorded.env())
     return unit_results(units, [code], [xml], collected), time.monotonic() - started
