@@ -76,9 +76,10 @@ def test_each_lane_gets_its_own_gpu_and_an_equal_slice_of_the_cores(gpu_check) -
     assert sorted(cpu for lane in lanes for cpu in lane.cpus) == list(range(128))  # disjoint, all used
     renumbered = gpu_check.gpu_lanes.machine_lanes(2, cpus=range(32), visible="4,6")
     assert [lane.device for lane in renumbered] == ["4", "6"]  # the GPUs this process was given
-    assert gpu_check.gpu_stages.plugin_workers(60, lanes[0]) == 8
+    most = gpu_check.gpu_stages.PLUGIN_WORKERS
+    assert gpu_check.gpu_stages.plugin_workers(60, lanes[0]) == most
     assert gpu_check.gpu_stages.plugin_workers(60, gpu_check.gpu_lanes.Lane(0, "0", (0, 1, 2))) == 3
-    assert gpu_check.gpu_stages.plugin_workers(60, None) == 8 and gpu_check.gpu_stages.plugin_workers(2, None) == 2
+    assert gpu_check.gpu_stages.plugin_workers(60, None) == most and gpu_check.gpu_stages.plugin_workers(2, None) == 2
 
 
 def test_every_process_of_a_lane_sees_only_its_gpu_and_runs_on_its_cores(two_gpus, gpu_stages, monkeypatch) -> None:
