@@ -1,4 +1,4 @@
-"""Start a command on its lane's CPU cores: ``python -I -S gpu_lane_exec.py COMMAND...`` pins this process to
+"""Start a command on its lane's CPU cores: ``python gpu_lane_exec.py COMMAND...`` pins this process to
 the cores named in ``GPUCHECK_LANE_CPUS`` (comma-separated) and replaces itself with COMMAND (same pid, same
 environment).
 
@@ -6,8 +6,8 @@ Why a launcher rather than pinning from the GPU check: a process's CPU mask is i
 child it starts, so pinning it before it runs anything holds for the whole process tree, whichever lane thread
 of the GPU check started it. ``preexec_fn`` is not safe in a process with threads, a thread's own mask is what
 its children inherit only by an undocumented Linux detail, and pinning a running child from outside races with
-the threads it starts first. Isolated (``-I -S``: standard library only, no site), so the read recorder does not
-load here; the command it becomes loads it from its start.
+the threads it starts first. Not isolated: the read recorder loads here as in every Python process the check
+starts (a process started without it leaves its unit's inputs unknown), and again in the command it becomes.
 """
 
 import os

@@ -64,7 +64,7 @@ def pinned(command: list[str], env: dict[str, str]) -> list[str]:
     """``command`` started through the launcher when ``env`` is a lane's (it names the lane's cores)."""
     if not env.get(CPUS_ENV):
         return command
-    return [sys.executable, "-I", "-S", str(LAUNCHER), *command]
+    return [sys.executable, str(LAUNCHER), *command]
 
 
 # -- the process groups every lane started --------------------------------------------------------------------
