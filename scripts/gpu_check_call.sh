@@ -11,7 +11,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:?gpu_check_call.sh runs on the device machine, where OUT names the folder that comes back}
 mkdir -p "$OUT/logs" "$OUT/results"
+setup_started=$SECONDS
 source benchmarks/gpu/setup_env.sh "$OUT/logs/pip.log"
+# the set-up's own time (gpu_check.py's CALL_SETUP_S estimates it for --plan)
+echo "gpu_check_call: set-up took $((SECONDS - setup_started)) s" | tee "$OUT/logs/setup_s.log"
 # the record: the one an earlier call on this machine left (a warm machine keeps /tmp between calls), else
 # the committed one
 STATE=/tmp/gpu_check_state.json
