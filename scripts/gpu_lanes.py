@@ -87,7 +87,7 @@ class ProcessGroups:
         with self._lock:
             self._live[process.pid] = process
             if self._stopped:
-                _kill_group(process.pid)
+                kill_group(process.pid)
 
     def ended(self, process: subprocess.Popen) -> None:
         with self._lock:
@@ -97,10 +97,11 @@ class ProcessGroups:
         with self._lock:
             self._stopped = True
             for pid in list(self._live):
-                _kill_group(pid)
+                kill_group(pid)
 
 
-def _kill_group(pid: int) -> None:
+def kill_group(pid: int) -> None:
+    """SIGKILL to the process group ``pid`` leads (gone already: nothing to do)."""
     try:
         os.killpg(pid, signal.SIGKILL)
     except OSError:

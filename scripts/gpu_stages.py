@@ -137,10 +137,8 @@ def run_logged_together(runs: list[tuple[list[str], Path, dict[str, str]]], limi
             out.close()
     except BaseException:  # interrupted (the call's own limit): leave no process group running on the GPU
         for process, _ in started:
-            try:
-                os.killpg(process.pid, 9)
-            except OSError:
-                pass
+            gpu_lanes.kill_group(process.pid)
+            gpu_lanes.GROUPS.ended(process)
         raise
     return codes, time.monotonic() - start
 
@@ -153,10 +151,7 @@ def stop_group(process: subprocess.Popen, grace_s: float = 25.0) -> None:
         process.wait(timeout=grace_s)
     except (OSError, subprocess.TimeoutExpired):
         pass
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except OSError:
-        pass
+    gpu_lanes.kill_group(process.pid)
     process.wait()
 
 
