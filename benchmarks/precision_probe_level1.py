@@ -20,7 +20,8 @@ Targets: bf16 inputs caught on at least 70 problems; fp16 inputs and TF32 math c
 convolution and reduction (argmax and argmin return indices: out of the probe's scope); no honest rejection.
 The ``blind_spots`` part measures what the probe cannot see (docs/kernel_check.md): argmin, the
 cosine-similarity loss, KL divergence in bf16, a partial downgrade (bf16 weights with fp32 activations),
-per-tensor-scaled fp8 and stochastic rounding. Timer: ``time.perf_counter`` around each check.
+per-tensor-scaled fp8, stochastic rounding, and a bf16 GEMM that adds 4, 16 or 64 partial sums in bf16.
+Timer: ``time.perf_counter`` around each check.
 
     python benchmarks/precision_probe_level1.py --out benchmarks/results
 
@@ -278,6 +279,19 @@ def blind_spots() -> list[tuple[str, Problem, Callable[..., Any], str]]:
         noise = torch.randint(0, 1 << 16, a.shape, generator=generator, dtype=torch.int32, device=a.device)
         return ((bits + noise) & ~0xFFFF).view(torch.float32)
 
+    def bf16_partials(splits):
+        """A bf16 GEMM whose float32 partial products over ``splits`` slices of K are rounded to bf16 and added in
+        bf16: a split-K kernel that reduces in bf16 (what cuBLAS's reduced-precision switch allows)."""
+        def kernel(a, b):
+            total = None
+            for part_a, part_b in zip(a.chunk(splits, -1), b.chunk(splits, 0)):
+                part = (part_a.float() @ part_b.float()).to(torch.bfloat16)
+                total = part if total is None else total + part
+            return total
+        return kernel
+
+    bf16_gemm = Problem("bf16 matmul, K=4096", "gemm", lambda a, b: a @ b,
+                        (("normal", (256, 4096)), ("normal", (4096, 256))), dtype="bfloat16")
     linear = by_name["linear layer"]
     # a weighted sum of positive terms: its rounding errors average away, so the bound alone cannot see them
     weighted = Problem("weighted row sums of positives", "reduction", lambda x, w: (x * w).sum(-1),
@@ -301,6 +315,9 @@ def blind_spots() -> list[tuple[str, Problem, Callable[..., Any], str]]:
          "per-tensor fp8 where the bound cannot see it"),
         ("weighted row sums, stochastic rounding to bf16", weighted, _rounded(weighted.fn, stochastic_bf16),
          "stochastic rounding where the bound cannot see it"),
+        *((f"bf16 matmul K=4096, {splits} partial sums added in bf16", bf16_gemm, bf16_partials(splits),
+           "a hand-written reduction in bf16: no input move shows it, and a few partials stay within bf16's bound")
+          for splits in (4, 16, 64)),
     ]
 
 
