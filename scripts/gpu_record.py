@@ -300,6 +300,15 @@ def across_shards(stage: Stage, mine: list[UnitState]) -> list[UnitState]:
     return [replace(s, status="red", why=problems[0]) for s in mine]
 
 
+def _debt_time(owed: list[UnitState]) -> str:
+    """The recorded test time of units still owed, and how many of them were never timed (no time to add)."""
+    timed = [s.seconds for s in owed if s.seconds is not None]
+    parts = [f"~{sum(timed):.0f} s of test time"] if timed else []
+    if len(timed) < len(owed):
+        parts.append(f"{len(owed) - len(timed)} never timed")
+    return "; ".join(parts)
+
+
 def verify(record: dict[str, Any], stages: list[Stage], root: Path) -> tuple[str, list[str]]:
     """("green" | "red" | "debt", one line per stage and per problem). Red: a unit ran on this tree and failed;
     debt: a unit has not run on this tree (no result, or another key); green: every unit fresh and passed, the
@@ -314,9 +323,9 @@ def verify(record: dict[str, Any], stages: list[Stage], root: Path) -> tuple[str
         mine = [s for s in all_states if s.stage is stage]
         counts = {k: sum(s.status == k for s in mine) for k in ("fresh", "red", "debt")}
         status = "red" if counts["red"] else "debt" if counts["debt"] else "fresh"
-        seconds = sum(s.seconds or 0.0 for s in mine if s.status != "fresh")
         detail = f"{counts['fresh']}/{len(mine)} units fresh" + (f", {counts['red']} red" if counts["red"] else "") \
-            + (f", {counts['debt']} debt (~{seconds:.0f} s of test time)" if counts["debt"] else "")
+            + (f", {counts['debt']} debt ({_debt_time([s for s in mine if s.status != 'fresh'])})"
+               if counts["debt"] else "")
         lines.append(f"{status:5s} {stage.name:9s} {detail}")
         shown = [s for s in mine if s.status != "fresh"][:6]
         lines += [f"        {s.status} {s.unit}: {s.why}" for s in shown]

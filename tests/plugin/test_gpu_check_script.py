@@ -170,6 +170,18 @@ ALL = [("t", "tests/t/test_a.py"), ("t", "tests/t/test_b.py"), ("t", "tests/t/te
        ("loop", "loop")]
 
 
+def test_verify_tells_recorded_debt_time_from_units_never_timed(stand_in, capsys) -> None:
+    assert stand_in.main("--changed") == 0
+    (stand_in.root / "tests" / "t" / "test_new.py").write_text("def test_new(): pass\n")
+    capsys.readouterr()
+    assert stand_in.main("--verify") == 3
+    assert "1 debt (1 never timed)" in capsys.readouterr().out  # no time recorded: none claimed
+    (stand_in.root / "tests" / "t" / "test_a.py").write_text("def test_a(): assert 1\n")
+    assert stand_in.main("--verify") == 3
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("debt  t "))
+    assert "2 debt (~" in line and line.endswith(" s of test time; 1 never timed)")
+
+
 def test_a_change_runs_exactly_the_units_that_read_it(stand_in, capsys) -> None:
     assert stand_in.main("--changed") == 0 and sorted(stand_in.take()) == sorted(ALL)
     assert stand_in.main("--changed") == 0 and stand_in.take() == []  # nothing in debt: nothing runs
