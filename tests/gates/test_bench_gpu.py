@@ -55,14 +55,15 @@ def test_auto_takes_the_latency_and_reports_busy_time_beside_it(tensors) -> None
 
 
 def test_mechanisms_agree_on_a_long_kernel(tensors) -> None:
-    """A ~20 us memory-bound add: latency, cupti and graph agree within 10 %; events and wall read slower,
-    never faster."""
+    """A ~20 us memory-bound add: graph agrees with cupti within 10 %; latency, which also counts the gap
+    between back-to-back launches (about 2 us on an H100: 18.7 us against cupti's 16.6), reads at most 25 %
+    slower and never faster; events and wall read slower, never faster."""
     from pytest_ditgate import measure
 
     got = {mech: measure(_add, *tensors, mechanism=mech).median_ms
            for mech in ("latency", "cupti", "graph", "events", "wall")}
     assert abs(got["graph"] / got["cupti"] - 1) < 0.10, got
-    assert abs(got["latency"] / got["cupti"] - 1) < 0.10, got
+    assert 0.95 <= got["latency"] / got["cupti"] < 1.25, got
     assert got["events"] >= 0.95 * got["cupti"] and got["wall"] >= 0.95 * got["cupti"], got
 
 
@@ -73,7 +74,7 @@ def _waits_for_the_host(x, y):
 
     import torch
 
-    z = torch.add(x, y)
+    z = torch.add(x, y, alpha=2)  # what _two_adds computes, in one kernel
     float(z[:1].float().item())
     until = time.perf_counter() + 200e-6
     while time.perf_counter() < until:
@@ -106,10 +107,15 @@ def test_a_pair_that_waits_for_the_host_is_judged_on_latency(ditbench, tensors) 
 def test_graph_cannot_capture_a_call_that_synchronises_and_measures_its_latency(tensors) -> None:
     from pytest_ditgate import measure
 
+    import torch
+
     m = measure(_waits_for_the_host, *tensors, mechanism="graph")
     assert m.mechanism == "latency"
     assert "synchronises with the host" in m.mechanism_notes["graph"]
     assert "measured by latency instead" in m.mechanism_notes["graph"]
+    # the failed capture left the device's random generator usable (it had poisoned every later draw)
+    assert torch.randn(8, device="cuda").isfinite().all()
+    assert torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5).numel() == 8
 
 
 def test_cold_l2_is_slower_or_equal_and_recorded(tensors) -> None:

@@ -11,10 +11,11 @@ keeps every n-th case from the i-th (0-based) of each test, and the unparametriz
 collected elsewhere), so that n processes share the work
 (scripts/gpu_check.py runs the corpus as parallel shards on one GPU: these tests time nothing).
 
-torch's own CUDA cumsum (bf16) and cumprod (fp16, bf16) accumulate in the low precision (pytorch#180150,
-#180155; measured on an H200: rel-norm error 1.9e-2, 0.64 and 0.74 at 2 x 32768, against 1.7e-3, 2.1e-4 and
-1.6e-3 for the same scan in fp32 then cast). They are not honest variants there, and the gate rejects them
-even with ``compute_dtype`` declared: ``test_torchs_low_precision_cuda_scans_are_rejected``.
+torch's own CUDA cumsum (fp16, bf16) and cumprod (fp16, bf16) accumulate in the low precision (pytorch#180150,
+#180155; measured on an H200: bf16 cumsum and the cumprods 1.9e-2, 0.64 and 0.74 at 2 x 32768, against 1.7e-3,
+2.1e-4 and 1.6e-3 for the same scan in fp32 then cast; on an H100 the fp16 cumsum 4.6e-3 on rows scaled by
+10^U(-3, 3), 1.15 x fp16's ceiling). They are not honest variants there, and the gate rejects them even with
+``compute_dtype`` declared: ``test_torchs_low_precision_cuda_scans_are_rejected``.
 
 Every check runs the default extremal trials (inputs x 1e-3, x 1e3, mixed rows) after its 10 seeds. The LLM
 part of the corpus (``tests/plugin/test_tolerance_corpus_llm.py``: in-place and scratch kernels, RMSNorm's
@@ -139,8 +140,9 @@ def _switch_id(case) -> str:
 
 @pytest.mark.parametrize("case", _switch_cases(), ids=_switch_id)
 def test_each_switch_fails_where_it_changes_the_result_and_passes_declared(case) -> None:
-    """At the GPU sizes: the op under the switch fails ``precision_downgrade`` where the switch changes its
-    output (no effect: it passes, and the report says so); declared, it passes; the op without it passes."""
+    """At the GPU sizes: the op under the switch fails where the switch changes its output (``precision_downgrade``,
+    or ``mismatch`` where the bound sees the error first: TF32 on a 4096 x 1152 x 1152 linear errs by 10 x fp32's
+    bound); with no effect it passes, and the report says so; declared, it passes; the op without it passes."""
     from pytest_ditgate import GateFailure, check_kernel
 
     op, dtype, switch = case
@@ -151,7 +153,7 @@ def test_each_switch_fails_where_it_changes_the_result_and_passes_declared(case)
     if changes:
         with pytest.raises(GateFailure) as failure:
             check_kernel(corpus.under(switch, op.reference), op.reference, make, label=_switch_id(case), **options)
-        assert failure.value.reason == "precision_downgrade", failure.value.message
+        assert failure.value.reason in ("precision_downgrade", "mismatch"), failure.value.message
         print(failure.value.message.splitlines()[0])
     else:
         report = check_kernel(corpus.under(switch, op.reference), op.reference, make, **options)
@@ -164,14 +166,20 @@ def test_each_switch_fails_where_it_changes_the_result_and_passes_declared(case)
 
 @pytest.mark.requires_gpu(tf32=True, why="cuDNN's TF32 convolutions")
 def test_torchs_default_switches_fail_an_undeclared_fp32_convolution() -> None:
-    """cuDNN's TF32 is on by default: an fp32 convolution run with torch's defaults fails unless declared."""
+    """cuDNN's TF32 is on by default: an fp32 convolution run with torch's defaults fails unless declared, where
+    cuDNN's choice of algorithm uses it (on an H100 with torch 2.11 it chose none that does, at this size and at
+    the corpus's: then the check passes and its report says the switch changed nothing)."""
     from pytest_ditgate import GateFailure, check_kernel
 
     op = next(op for op in corpus.OPS if op.name == "conv2d")
     make = op.make_inputs("float32", "cuda", gpu=True)
     before = corpus.set_switch("torch.backends.cudnn.allow_tf32", True)  # torch's default (the fixture turned it off)
     try:
-        assert corpus.changes_the_result("torch.backends.cudnn.allow_tf32", op, make)
+        if not corpus.changes_the_result("torch.backends.cudnn.allow_tf32", op, make):
+            report = check_kernel(op.reference, op.reference, make, trials=2, label="conv2d with torch's defaults")
+            line = next(s for s in report.precision.switches if "cudnn.allow_tf32" in s)
+            assert "=on: no effect on the outputs" in line, report.precision.switches
+            return
         with pytest.raises(GateFailure) as failure:
             check_kernel(op.reference, op.reference, make, trials=2, label="conv2d with torch's defaults")
         assert failure.value.reason == "precision_downgrade", failure.value.message

@@ -444,8 +444,9 @@ def test_the_estimate_runs_only_where_the_table_fails() -> None:
     with pytest.raises(GateFailure):
         check_kernel(lambda a, b: (a @ b) * 1.01, reference, _inputs(torch.float32, (4, 8), (8, 4)), trials=3)
     # float64, same precision, |inputs| (float32); the conditioning's four runs (only for an output that still
-    # fails); the precision probe's run on the failing trial
-    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 4 + [torch.float64]
+    # fails) and, the reference being a GEMM, four more with its sums' errors; the precision probe's run on the
+    # failing trial
+    assert calls == [torch.float64, torch.float32, torch.float32] + [torch.float64] * 8 + [torch.float64]
 
 
 def test_the_same_precision_run_works_with_torchs_newer_precision_settings() -> None:

@@ -368,3 +368,32 @@ def test_a_compiled_candidate_is_forced_off_without_a_dispatch_mode(as_if_on_a_g
     assert failure.value.reason == "precision_downgrade" and "allow_bf16_reduced_precision_reduction off" in \
         failure.value.message
     assert not isinstance(switches.forced_off(dispatch=False), torch.utils._python_dispatch.TorchDispatchMode)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+def test_an_output_of_zeros_or_noise_is_wrong_not_downgraded(dtype) -> None:
+    """The probe finds such an output unmoved by the input moves, but its error is the output's whole size:
+    it fails ``mismatch`` (a downgrade to any grid the probe tests errs by a few percent at most)."""
+    inputs = lambda seed: (make_tensor((64, 128), dtype, seed=seed),)  # noqa: E731
+    for wrong in (torch.zeros_like, lambda x: torch.ones_like(x) * 3):
+        with pytest.raises(GateFailure) as failure:
+            check_kernel(wrong, lambda x: x * 2, inputs, trials=1)
+        assert failure.value.reason == "mismatch", failure.value.message
+    with pytest.raises(GateFailure) as failure:  # a real downgrade still says so
+        check_kernel(lambda x: x.bfloat16().float() * 2, lambda x: x * 2, lambda s: (make_tensor((64, 128), "float32",
+                                                                                                  seed=s),), trials=1)
+    assert failure.value.reason == "precision_downgrade"
+
+
+def test_an_output_that_cancels_is_judged_at_its_own_rounding_noise() -> None:
+    """``(1 + x) - 1`` at x ~ 1e-4 in float32: the float64 reference moves by thousands of spacings of the tiny
+    result, but any fp32 kernel's result is as coarse as its rounding of ``1 + x`` (1.2e-7), so about half of its
+    elements stay: the probe counts a move in units of the element's simulated rounding error there, and an
+    honest kernel is not called downgraded (it was, before)."""
+    def cancel(x):
+        return (1 + x) - 1
+
+    report = check_kernel(cancel, cancel, lambda seed: (make_tensor((256,), "float32", seed=seed) * 1e-4,),
+                          trials=3, input_scales=())
+    assert report.precision.status == "inconclusive", report.precision.summary()
+    assert "own rounding noise" in report.precision.summary()

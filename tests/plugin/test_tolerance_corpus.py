@@ -239,7 +239,7 @@ OPS: tuple[Op, ...] = (
        {"fp32 math": lambda x: torch.log_softmax(x.float(), -1).to(x.dtype)}),
     Op("cumsum of 32768", lambda x: torch.cumsum(x, -1), ((2, 32768),),
        {"sequential": lambda x: sequential_scan(x, np.add),
-        "fp32 math": lambda x: torch.cumsum(x.float(), -1).to(x.dtype)}, cuda_low_precision=("bfloat16",)),
+        "fp32 math": lambda x: torch.cumsum(x.float(), -1).to(x.dtype)}, cuda_low_precision=("float16", "bfloat16")),
     Op("cumprod of 32768", lambda x: torch.cumprod(x, -1), ((2, 32768),),
        {"sequential": lambda x: sequential_scan(x, np.multiply),
         "fp32 math": lambda x: torch.cumprod(x.float(), -1).to(x.dtype)}, inputs="near_one",
@@ -265,8 +265,9 @@ OPS: tuple[Op, ...] = (
         "split-K": lambda a, x: split_k_matmul(a, x[:, None])[:, 0]},
        inputs="positive", dtypes=("float32", "bfloat16"), gpu_shapes=((8192, 8192), (8192,)), library="gemm"),
     Op("cumsum of positives", lambda x: torch.cumsum(x, -1), ((4, 4096),),
-       {"sequential": lambda x: sequential_scan(x, np.add)}, inputs="positive", dtypes=("float32", "bfloat16"),
-       cuda_low_precision=("bfloat16",)),
+       {"sequential": lambda x: sequential_scan(x, np.add)}, inputs="positive", dtypes=("float32", "bfloat16")),
+    # torch's CUDA bf16 scan is not marked low-precision here: over 4096 positive terms its error stays within
+    # bf16's bound at every trial (an H100, 10 seeds and the extremal trials), so no check can tell it apart
     Op("row max", lambda x: x.amax(-1), ((64, 512),), dtypes=("float32", "bfloat16")),
     *(Op(f"{kind} loss per row", _losses(kind), ((64, 1024), (64, 1024)), dtypes=("float32",))
       for kind in ("mse", "cross entropy", "huber", "cosine", "hinge")),
@@ -377,8 +378,9 @@ def wrong_variants(op: Op, dtype: str) -> dict[str, tuple[Callable[..., Any], tu
         wrong["0.1 % scale"] = (scaled(ref, 1.001), ("mismatch",))
         if op.sees_input_rounding and probed(op):
             wrong.update({name: (downgrade(ref), ("precision_downgrade",)) for name, downgrade in DOWNGRADES.items()})
-        elif op.sees_input_rounding:  # too few outputs for the probe: the bound sees bf16 inputs (fp16 and
-            wrong["bf16 inputs"] = (bf16_inputs(ref), ("mismatch",))  # TF32 err 8x less: not asserted)
+        elif op.sees_input_rounding:  # too few outputs for the probe at the CPU sizes: the bound sees bf16
+            # inputs (fp16 and TF32 err 8x less: not asserted); at the GPU sizes the probe may see them first
+            wrong["bf16 inputs"] = (bf16_inputs(ref), ("mismatch", "precision_downgrade"))
     return wrong
 
 

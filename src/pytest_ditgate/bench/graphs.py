@@ -42,6 +42,28 @@ def _synchronises(error: BaseException) -> bool:
                                          "pinned"))
 
 
+def _generator_state() -> Any:
+    """The current device's default CUDA generator and a clone of its state (None where this torch cannot
+    clone one), taken before a capture."""
+    import torch
+
+    generator = torch.cuda.default_generators[torch.cuda.current_device()]
+    try:
+        return generator, generator.clone_state()
+    except (AttributeError, RuntimeError):  # pragma: no cover - torch before 2.4
+        return None
+
+
+def _restore_generator(saved: Any) -> None:
+    """After a capture that failed: the default generator back on its state from before it. A failed capture
+    leaves the generator marked as capturing, and every later random draw on the device (``torch.randn``, a
+    dropout) then fails with "Offset increment outside graph capture" for the rest of the process."""
+    if saved is None:  # pragma: no cover - torch before 2.4
+        return
+    generator, state = saved
+    generator.graphsafe_set_state(state)
+
+
 class CapturedGraph:
     """``count`` calls captured in one CUDA graph; calls cycle through ``variants`` (rotated input copies).
 
@@ -64,11 +86,13 @@ class CapturedGraph:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
+        saved = _generator_state()
         try:
             with torch.cuda.graph(self.graph, pool=pool):
                 for i in range(count):
                     variants[i % len(variants)]()
         except Exception as exc:
+            _restore_generator(saved)
             if _synchronises(exc):
                 raise CaptureRefused(f"the call synchronises with the host, which a CUDA graph cannot capture "
                                      f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from exc

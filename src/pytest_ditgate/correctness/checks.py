@@ -316,17 +316,17 @@ class _Run:
         try:
             self._judge(trial, first, second, ref_out, estimate, conditioned)
         except GateFailure as failure:  # a bound failed: a downgrade, if the probe finds one, says more
-            if failure.reason == "mismatch" and self.probe.due(trial, failed=True):
-                self._probe(trial, pristine, first, second, ref_out)
+            if failure.reason == "mismatch" and self.probe.due(trial, failed=True) and not _gross(trial):
+                self._probe(trial, pristine, first, second, ref_out, conditioned)
             raise
         if self.check_constant:
             self.previous_outputs.append((index, {name: compare.fingerprint(t) for name, t in first.named()}))
         self.output_bytes = [t.numel() * t.element_size() for _, t in first.named()]
         if self.probe.due(trial, failed=False):
-            self._probe(trial, pristine, first, second, ref_out)
+            self._probe(trial, pristine, first, second, ref_out, conditioned)
 
     def _probe(self, trial: TrialReport, pristine: tuple, first: _Outputs, second: _Outputs | None,
-               ref_out: _Outputs) -> None:
+               ref_out: _Outputs, conditioned: "_Lazy") -> None:
         """The precision probe on this trial's inputs; fails ``precision_downgrade`` when it finds one."""
         self.phase = f"while running the precision probe ({self._where(trial)})"
         errors: dict[str, float] = {}
@@ -347,7 +347,8 @@ class _Run:
                            call_reference=call_reference,
                            reference_dtype=None if self.reference_dtype is None else self.upcast_dtype,
                            deterministic=second is not None and trial.nondeterminism == 0,
-                           compiled=poison.looks_compiled(self.candidate))
+                           compiled=poison.looks_compiled(self.candidate),
+                           noise=lambda: conditioned.get().elementwise)
         except _UserRaised as raised:
             self.probe.report.status = "inconclusive"
             self.probe.report.notes.append(f"the reference raised {type(raised.error).__name__} on the moved inputs: "
@@ -791,6 +792,17 @@ class _Run:
         self.report.memory = self._memory_record()
         message = failure_message(self.report, reason, headline, trial, details)
         raise GateFailure(reason, message, report=self.report) from cause
+
+
+#: a rel-norm error at least this large is no nearer than an output of zeros: wrong, not a lower precision (the
+#: probe would find such an output unmoved and call it downgraded). Zeros, a constant or noise unrelated to the
+#: inputs keep their ``mismatch``; a long cumprod of bf16-rounded inputs (0.73) is still the probe's to name
+GROSS_REL_NORM = 1.0
+
+
+def _gross(trial: TrialReport) -> bool:
+    """Whether an output of ``trial`` is wrong by at least :data:`GROSS_REL_NORM` of its norm."""
+    return any(output.rel_norm >= GROSS_REL_NORM for output in trial.outputs)
 
 
 class _Lazy:

@@ -52,12 +52,16 @@ class Probe:
     def run(self, trial: TrialReport, pristine: tuple[tuple, dict], before: Named, ref_before: Named,
             errors: dict[str, float], *, call_candidate: Callable[[tuple, dict, Any], Named],
             call_reference: Callable[[tuple[tuple, dict]], Named], reference_dtype: Any,
-            deterministic: bool, compiled: bool) -> PrecisionReport:
+            deterministic: bool, compiled: bool,
+            noise: Callable[[], dict[str, Any]] | None = None) -> PrecisionReport:
         """Probe ``trial``: ``pristine`` its inputs, ``before``/``ref_before`` the candidate's and the
         reference's outputs on them by name, ``errors`` the candidate's largest scaled error per output over
         the trials. ``call_candidate(args, kwargs, mode)`` runs the candidate on its own copies (under the
         dispatch ``mode`` when given), ``call_reference(call)`` the reference on upcast copies; each returns
-        the named outputs. ``deterministic``: two calls on the same inputs gave the same outputs."""
+        the named outputs. ``deterministic``: two calls on the same inputs gave the same outputs. ``noise()``:
+        each output's per-element simulated rounding error (its conditioning), asked for only where an output
+        looks downgraded: an output that cancels to nearly nothing is judged again with it as the floor of a
+        move (an honest kernel's output there is as coarse as its rounding of the cancelling terms)."""
         self.done = True
         report = self.report
         report.trial, report.seed = trial.trial, trial.seed
@@ -87,6 +91,11 @@ class Probe:
                 self.switches.records[name].ops += count
         ref_after = call_reference(moved)
         report.outputs = self._judge_outputs(before, after, ref_before, ref_after, errors, reference_dtype)
+        if noise is not None and any(o.status == "precision_downgrade" for o in report.outputs):
+            floors = noise()
+            if floors:
+                report.outputs = self._judge_outputs(before, after, ref_before, ref_after, errors, reference_dtype,
+                                                     floors=floors)
         report.status = _status([o.status for o in report.outputs])
         downgraded = report.status == "precision_downgrade"
         self._judge_switches(pristine, before, call_candidate, deterministic, compiled)  # may fail it too
@@ -100,7 +109,8 @@ class Probe:
 
     # -- the outputs ----------------------------------------------------------------------------------
     def _judge_outputs(self, before: Named, after: Named, ref_before: Named, ref_after: Named,
-                       errors: dict[str, float], reference_dtype: Any) -> list[OutputSensitivity]:
+                       errors: dict[str, float], reference_dtype: Any,
+                       floors: dict[str, Any] | None = None) -> list[OutputSensitivity]:
         if [n for n, _ in after] != [n for n, _ in before] or [n for n, _ in ref_after] != [n for n, _ in ref_before]:
             return [OutputSensitivity(
                 name, "inconclusive", reason="the outputs on the moved inputs are structured otherwise")
@@ -110,7 +120,7 @@ class Probe:
         for (name, b), (_, a), (_, rb), (_, ra) in zip(before, after, ref_before, ref_after):
             precise = ref_bits > MANTISSA_BITS.get(dtype_name(b.dtype), 0)
             verdicts.append(sensitivity.judge(name, b, a, rb, ra, scaled_error=errors.get(name, float("inf")),
-                                              reference_precise=precise))
+                                              reference_precise=precise, floor=(floors or {}).get(name)))
         return verdicts
 
     def _downgrade_failure(self, cells: list[resolution.Cells]) -> tuple[str, list[str], str | None]:
@@ -122,7 +132,8 @@ class Probe:
         details = [f"precision probe: {line}" for line in self.report.cells]
         details += [f"output {o.line()}" for o in self.report.outputs]
         details.append(f"an element counts where the float64 reference moves by at least {sensitivity.MIN_MOVE:g} "
-                       "spacings of the output's dtype; an honest kernel's output changes there (the figures say "
+                       "spacings of the output's dtype (of its own simulated rounding error where the output cancels and that is "
+                       "coarser); an honest kernel's output changes there (the figures say "
                        "how likely it is to stay; the probe fails an output only below "
                        f"{sensitivity.FALSE_ALARM:g})")
         details += [f"switch {record.line()}" for record in self.switches.records.values() if _telling(record)]

@@ -37,7 +37,8 @@ from pytest_ditgate.correctness.report import OutputSensitivity
 
 #: an honest kernel's chance of failing the probe on one output, at most
 FALSE_ALARM = 1e-4
-#: an element counts where the reference moves by at least this many spacings of the output's dtype
+#: an element counts where the reference moves by at least this many spacings of the output's dtype (or of its
+#: own rounding noise, where that is coarser)
 MIN_MOVE = 4.0
 #: where the reference moves by more than twice this many times the candidate's largest error (plus one
 #: spacing), an honest output cannot stay the same
@@ -60,11 +61,14 @@ def chernoff(n: int, p: float, fraction: float = 0.5) -> float:
 
 
 def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *, scaled_error: float,
-          reference_precise: bool = True) -> OutputSensitivity:
+          reference_precise: bool = True, floor: Any = None) -> OutputSensitivity:
     """The verdict on output ``name``: the candidate's output ``before`` and ``after`` the move, the
     reference's (float64) ``ref_before`` and ``ref_after``; ``scaled_error`` is the candidate's largest error
     over the trials at each element's scale (``|out - ref| / (|ref| + mean|ref|)``); ``reference_precise``:
-    the reference ran in a higher precision than the output's."""
+    the reference ran in a higher precision than the output's. ``floor`` (the output's shape, or None): each
+    element's own rounding noise (its simulated rounding error, where the output cancels): a reference move is
+    counted in units of that where it exceeds the dtype's spacing, since an honest kernel's output is no finer
+    than its own rounding of the terms it cancels."""
     import torch
 
     from pytest_ditgate.correctness import compare
@@ -86,7 +90,11 @@ def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *
     counts = dict(n=0, unchanged=0, moved=0)
     sums = dict(p=0.0, cr=0.0, rr=0.0, cc=0.0, c=0.0, r=0.0)
     largest = 0.0
-    for _, (c0, c1, r0, r1) in compare.chunks(*parts, device=parts[2].device):
+    # a complex output's parts are judged without one (its noise is the element's, not each part's)
+    floors = [] if floor is None or before.is_complex() or floor.numel() != before.numel() else \
+        [floor.reshape(parts[2].shape)]
+    for _, chunk in compare.chunks(*parts, *floors, device=parts[2].device):
+        c0, c1, r0, r1 = chunk[:4]
         r0, r1 = r0.double(), r1.double()
         dr = r1 - r0
         finite = torch.isfinite(dr)  # both finite (the candidate's output is finite where they are)
@@ -94,7 +102,10 @@ def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *
             dr.masked_fill_(~finite, 0.0)
         size = torch.maximum(r0.abs(), r1.abs()).masked_fill_(~finite, 0.0)
         size = torch.maximum(size, c0.abs().double().nan_to_num_(nan=0.0, posinf=0.0))
-        moves = dr.abs().div_(compare.spacing(size, real_dtype).mul_(factor))
+        unit = compare.spacing(size, real_dtype).mul_(factor)
+        if floors:
+            torch.maximum(unit, chunk[4].double().nan_to_num(nan=0.0, posinf=0.0), out=unit)
+        moves = dr.abs().div_(unit)
         largest = max(largest, float(moves.max()))
         counts["moved"] += int(torch.count_nonzero(dr))
         counted = moves >= MIN_MOVE
@@ -127,7 +138,8 @@ def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *
     if n == 0:
         return OutputSensitivity(name, "inconclusive", **figures, reason=(
             f"the reference moved by less than {MIN_MOVE:g} spacings of {str(before.dtype).removeprefix('torch.')}"
-            f" on every element (at most {largest:.2g}"
+            + (" (or of the element's own rounding noise)" if floors else "")
+            + f" on every element (at most {largest:.2g}"
             + ("" if reference_precise else f", counted in units of {SAME_PRECISION_FACTOR:g} spacings: the "
                "reference runs at the output's own precision") + "): an honest kernel's output need not change"))
     mean_p = sums["p"] / n
