@@ -174,3 +174,13 @@ def test_the_summary_line_names_the_idle_side_and_the_disagreement() -> None:
     kernels = compare(_latency("a", 1.0, None, None, None, "cupti"), _latency("b", 2.0, None, None, None, "cupti"),
                       method="paired-bootstrap")
     assert "cupti: kernel time only" in summary_lines([comparison_row("t.py::test_k", kernels, 0.05, True)])[0]
+
+
+def test_a_call_with_no_device_work_says_it_runs_on_the_host() -> None:
+    """On a GPU host, a call that launches nothing (a model on the CPU) has busy time 0 and the device idle for
+    all of its latency: the line says it runs on the host, not "100% idle"."""
+    from pytest_ditgate.bench.comparison import idle_line
+
+    assert idle_line({"busy_median_ms": 0.0, "idle_fraction": 1.0, "host_syncs": 0}) == \
+        "no device work (it runs on the host)"
+    assert idle_line({"busy_median_ms": 1.66, "idle_fraction": 0.23, "host_syncs": 2}) == "23% idle, host syncs: 2"

@@ -27,8 +27,11 @@ def notable(extra: dict[str, Any]) -> bool:
 
 
 def idle_line(extra: dict[str, Any]) -> str:
-    """``23 % idle, host syncs: 2`` from a measurement's extra (what of it is known)."""
+    """``23 % idle, host syncs: 2`` from a measurement's extra (what of it is known); a call that ran no
+    device work at all (busy time 0: it runs on the host) says so instead of "100% idle"."""
     idle, syncs = extra.get("idle_fraction"), extra.get("host_syncs")
+    if extra.get("busy_median_ms") == 0 and isinstance(idle, (int, float)) and idle >= 1.0:
+        return "no device work (it runs on the host)"
     parts = [f"{idle:.0%} idle"] if isinstance(idle, (int, float)) else []
     parts += [f"host syncs: {syncs}"] if isinstance(syncs, int) else []
     return ", ".join(parts)
