@@ -462,3 +462,25 @@ def test_the_same_precision_run_works_with_torchs_newer_precision_settings() -> 
         assert (matmul.fp32_precision, conv.fp32_precision) == ("tf32", "ieee")
     finally:
         matmul.fp32_precision, conv.fp32_precision = saved
+
+
+def test_a_contractions_sum_error_joins_each_elements_conditioning() -> None:
+    """Products that cancel: one rounding of ``a @ b`` moves it by u * |a @ b| (tiny), the sum of its terms errs
+    by u * (|a| @ |b|) (about 2e6 u here). The elementwise conditioning takes the larger; the norm's keeps one
+    rounding per result."""
+    from pytest_ditgate.correctness import conditioning
+
+    a = torch.tensor([[1e6, -1e6], [3.0, 4.0]], dtype=torch.float64)
+    b = torch.tensor([[1.0], [1.0 + 1e-9]], dtype=torch.float64)
+    ref = a @ b
+
+    def run(mode):  # the inputs unperturbed: only the product's own rounding and its sum's error move it
+        with mode:
+            return [("out", a @ b)]
+
+    roundoff = 2.0 ** -24
+    measured = conditioning.measure(run, {"out": ref}, roundoff=roundoff, seed=0)
+    assert float(measured.elementwise["out"][0, 0]) > 0.1 * roundoff * 2e6  # the terms' size (one rounding: 5e-11)
+    assert float(measured.elementwise["out"][1, 0]) < 50 * roundoff * 7  # no cancellation: about one rounding
+    one_rounding = conditioning._runs(run, {"out": ref}, roundoff=roundoff, seed=0, runs=4, contractions=False)[0]
+    assert measured.relative == one_rounding.relative
