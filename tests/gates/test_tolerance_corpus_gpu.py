@@ -4,8 +4,8 @@ non-contiguous and (fp32) ``torch.compile`` variants at heavier sizes. TF32 and 
 GEMM reductions are off except in the tests of those switches: each switch, turned on by the candidate around
 its call, fails ``precision_downgrade`` on every GEMM and convolution of the corpus where it changes the result
 (unless ``compute_dtype`` declares it), and torch's default switches (cuDNN's TF32 on) fail an fp32 convolution
-that does not declare TF32 wherever cuDNN's algorithm uses it. The precision probe runs in every check; the downgrade variants (bf16-, fp16-rounded
-inputs, TF32 math emulated) fail as ``precision_downgrade`` here too.
+that does not declare TF32 wherever cuDNN's algorithm uses it. The precision probe runs in every check; the
+downgrade variants (bf16-, fp16-rounded inputs, TF32 math emulated) fail as ``precision_downgrade`` here too.
 Run with ``pytest --ditgate tests/gates/test_tolerance_corpus_gpu.py -v -rs``. ``DITGATE_CORPUS_SHARD=i/n``
 keeps every n-th case from the i-th (0-based) of each test, and the unparametrized test in shard 0 only (not
 collected elsewhere), so that n processes share the work
