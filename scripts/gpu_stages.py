@@ -157,9 +157,17 @@ def stop_group(process: subprocess.Popen, grace_s: float = 25.0) -> None:
 
 # -- test stages: a result per test file ----------------------------------------------------------------------
 
-def pytest_command(xml: Path, durations: int, *paths: str) -> list[str]:
+def in_tree_order(paths: list[str] | tuple[str, ...]) -> list[str]:
+    """The test files sorted by their path's parts, so that every directory's files are adjacent on pytest's
+    command line: pytest 9.1 loses a nested conftest's fixtures for files given after a file of another
+    directory ("fixture 'tiny_model' not found" on the GPU machine's pytest; pytest-dev/pytest#14971)."""
+    return sorted(paths, key=lambda path: Path(path).parts)
+
+
+def pytest_command(xml: Path, durations: int, units: list[str], *options: str) -> list[str]:
     return [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "-q", "-rfEs",
-            f"--durations={durations}", f"--junitxml={xml}", "-o", "junit_family=xunit1", *paths]
+            f"--durations={durations}", f"--junitxml={xml}", "-o", "junit_family=xunit1", *options,
+            *in_tree_order(units)]
 
 
 def _empty() -> dict[str, Any]:
@@ -179,7 +187,7 @@ def junit_units(xml: Path) -> dict[str, dict[str, Any]]:
         for child in case:
             if child.tag in ("failure", "error"):
                 outcome = "failed" if child.tag == "failure" else "errors"
-                message = (child.get("message") or child.text or "").strip().splitlines()
+                message = (child.get("message") or child.text or "").replace(f"{ROOT}/", "").strip().splitlines()
                 unit["failures"].append(f"{nodeid}: {message[0][:300] if message else child.tag}")
             elif child.tag == "skipped":
                 outcome = "skipped"
@@ -192,7 +200,8 @@ def junit_units(xml: Path) -> dict[str, dict[str, Any]]:
 def collected_counts(units: list[str], env: dict[str, str], log: Path, limit: float = 180.0) -> dict[str, int] | None:
     """How many tests pytest collects from each unit (``--co``, without the recorder; its output in ``log``): a
     run stopped at its limit then credits the units whose every test ran. None when the collection fails."""
-    command = [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "--co", "-q", *units]
+    command = [sys.executable, "-m", "pytest", "--ditgate", "-p", "no:cacheprovider", "--co", "-q",
+               *in_tree_order(units)]
     code, _ = run_logged(command, log, limit, env)
     if code not in (0, 5):
         return None
@@ -249,7 +258,7 @@ def run_plugin(units: list[str], logs: Path, limit: float, recorded: Recorded) -
     """The plugin's own tests and the workloads' CPU tests on the GPU host, in xdist workers (one torch thread
     each, as on a CI machine), the ``gpu_check``-marked ones too."""
     xml = logs / "plugin.xml"
-    command = pytest_command(xml, 20, "-n", str(plugin_workers(len(units), recorded.lane)), *units)
+    command = pytest_command(xml, 20, units, "-n", str(plugin_workers(len(units), recorded.lane)))
     started = time.monotonic()
     collected = collected_counts(units, recorded.bare_env(OMP_NUM_THREADS="1"), logs / "plugin-collect.log")
     left = limit - (time.monotonic() - started)
@@ -268,7 +277,7 @@ def run_suites(units: list[str], logs: Path, limit: float, recorded: Recorded) -
     started = time.monotonic()
     collected = collected_counts(units, recorded.bare_env(), logs / "suites-collect.log")
     left = limit - (time.monotonic() - started)
-    code, seconds = run_logged(pytest_command(xml, 20, *units), logs / "suites.log", left, recorded.env())
+    code, seconds = run_logged(pytest_command(xml, 20, units), logs / "suites.log", left, recorded.env())
     return unit_results(units, [code], [xml], collected), time.monotonic() - started
 
 
@@ -277,7 +286,7 @@ def run_corpus(units: list[str], logs: Path, limit: float, recorded: Recorded,
     """The tolerance corpus as ``shards`` parallel pytest processes (nothing in it is timed, so sharing the GPU
     cannot change a verdict); counts merged from their JUnit XML."""
     xmls = [logs / f"corpus_{index}.xml" for index in range(shards)]
-    runs = [(pytest_command(xml, 10, *units), xml.with_suffix(".log"),
+    runs = [(pytest_command(xml, 10, units), xml.with_suffix(".log"),
              recorded.env(DITGATE_CORPUS_SHARD=f"{index}/{shards}")) for index, xml in enumerate(xmls)]
     codes, seconds = run_logged_together(runs, limit)
     results = unit_results(units, codes, xmls)

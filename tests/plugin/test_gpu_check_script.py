@@ -496,3 +496,16 @@ def test_a_test_stage_that_does_not_fit_beside_earlier_stages_starts_a_call(gpu_
     assert [[(p.stage.name, [u.unit for u in p.units]) for p in call] for call in calls] == [
         [("first", ["tests/a/test_1.py"])], [("second", ["tests/b/test_2.py"])]]
     assert all(sum(p.seconds for p in call) <= 400.0 for call in calls)
+
+
+def test_a_stages_test_files_reach_pytest_with_each_directory_adjacent(gpu_stages, tmp_path: Path) -> None:
+    # the plan orders units by cost; pytest 9.1 (the GPU machine's) loses a nested conftest's fixtures for a file
+    # given after another directory's file, so the command line keeps every directory's files together
+    planned = ["tests/gates/dit/test_shapes.py", "tests/dit_fast/test_lane_classes.py",
+               "tests/gates/test_bench_gpu.py", "tests/gates/dit/test_tiny_baseline.py", "tests/gates/x/test_a.py"]
+    command = gpu_stages.pytest_command(tmp_path / "run.xml", 20, planned, "-n", "4")
+    paths = command[command.index("4") + 1:]
+    assert sorted(paths) == sorted(planned) and command[-len(planned) - 2:-len(planned)] == ["-n", "4"]
+    for directory in {str(Path(path).parent) for path in planned}:
+        inside = [index for index, path in enumerate(paths) if path.startswith(directory + "/")]
+        assert inside == list(range(inside[0], inside[-1] + 1)), (directory, paths)
