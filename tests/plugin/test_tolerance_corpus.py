@@ -505,10 +505,11 @@ def set_switch(switch: str, value: bool) -> bool:
     return before
 
 
-def under(switch: str, kernel):
-    """``kernel`` with ``switch`` on around its call (restored after): a candidate that runs under it."""
+def under(switch: str, kernel, value: bool = True):
+    """``kernel`` with ``switch`` set to ``value`` (on) around its call (restored after): a candidate that runs
+    under it."""
     def candidate(*args):
-        before = set_switch(switch, True)
+        before = set_switch(switch, value)
         try:
             return kernel(*args)
         finally:
@@ -517,14 +518,30 @@ def under(switch: str, kernel):
 
 
 def changes_the_result(switch: str, op, make, seeds: int = 2) -> bool:
-    """Whether the op's output on the first seeds differs, bit for bit, with the switch on."""
+    """Whether the op's output on the first seeds differs, bit for bit, with the switch on and off (both set
+    explicitly: the caller may have turned it on already)."""
     import torch
 
     for seed in range(seeds):
         args = make(seed)
-        if not torch.equal(under(switch, op.reference)(*args), op.reference(*args)):
+        if not torch.equal(under(switch, op.reference, True)(*args), under(switch, op.reference, False)(*args)):
             return True
     return False
+
+
+def test_a_switch_changes_the_result_even_when_the_caller_turned_it_on(monkeypatch) -> None:
+    # the GPU test of cuDNN's default TF32 turns the switch on first; a comparison against the current setting
+    # then compared on with on and reported "no effect"
+    import torch
+
+    monkeypatch.setattr(torch.backends, "ditgate_coarse", False, raising=False)
+    op = replace(OPS[0], reference=lambda a, b: (a @ b).round() if torch.backends.ditgate_coarse else a @ b)
+    make = op.make_inputs("float32")
+    set_switch("torch.backends.ditgate_coarse", True)
+    assert changes_the_result("torch.backends.ditgate_coarse", op, make)
+    assert torch.backends.ditgate_coarse is True  # left as the caller set it
+    plain = replace(OPS[0], reference=lambda a, b: a @ b)
+    assert not changes_the_result("torch.backends.ditgate_coarse", plain, make)
 
 
 # -- measured table (python tests/plugin/test_tolerance_corpus.py) -------------------------------------

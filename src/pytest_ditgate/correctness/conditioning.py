@@ -22,9 +22,12 @@ wherever the products cancel. Where such an intermediate feeds a nonlinear op, t
 the output: an attention's scores at inputs x 1e3 are about 1e6, their fp32 sums err by about 3 (not by one
 rounding, 0.06), and where two keys' scores lie within that, the softmax weights them otherwise (torch's own
 fp32 attention erred by 3.5 times the elementwise allowance on 126 of 8.4M outputs before this). So the runs are
-repeated with each contraction's result also moved by ``u * (|A| @ |B|) * xi``, and that error of each element
-counts toward its own allowance only: the norm's conditioning and the ceiling it lifts stay those of one
-rounding per result, which the bound's magnitude term already complements for the output's own sums.
+repeated with each contraction's result also moved by ``u * (|A| @ |B|) * xi``, ``xi`` uniform in [-sqrt 3,
+sqrt 3] (an RMS of one: the sum errs by about ``u`` times its terms' size as an RMS, not as a bound; torch's
+fp32 efficient-attention kernel on an H100 moved a near-tied score by about 5.5 times that, within the factor
+8 an element's allowance gives its simulated error). That error of each element counts toward its own
+allowance only: the norm's conditioning and the ceiling it lifts stay those of one rounding per result, which
+the bound's magnitude term already complements for the output's own sums.
 """
 
 from __future__ import annotations
@@ -41,6 +44,9 @@ from pytest_ditgate.correctness import compare
 
 #: runs of the reference under rounding noise (RMS over them)
 RUNS = 4
+
+#: a contraction's sum error per unit of ``roundoff * (|A| @ |B|)``: ``xi`` scaled to an RMS of one
+SUM_ERROR_RMS = math.sqrt(3)
 
 #: ops whose result is exact (a copy, a selection, a comparison): their results are not perturbed
 _EXACT = frozenset({
@@ -64,8 +70,9 @@ _CONTRACTIONS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "add
 class RoundingNoise(TorchDispatchMode):
     """While active, each floating result of a rounding op that does not alias its inputs is multiplied by
     ``1 + roundoff * xi`` (``xi`` uniform in [-1, 1], per element, from a seeded generator per device). With
-    ``contractions``, a contraction's result also moves by ``roundoff * (the op on |inputs|) * xi``: the error of
-    its sum of products. ``contracted`` tells whether a contraction ran."""
+    ``contractions``, a contraction's result also moves by ``roundoff * (the op on |inputs|) * sqrt(3) * xi``: the
+    error of its sum of products, with an RMS of one ``roundoff`` per unit of its terms' size. ``contracted``
+    tells whether a contraction ran."""
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -95,8 +102,8 @@ class RoundingNoise(TorchDispatchMode):
         return tensor * (1 + self.roundoff * self._xi(tensor)).to(tensor.dtype)
 
     def _contraction_error(self, func: Any, args: Any, kwargs: Any, out: Any) -> Any:
-        """``out`` moved by ``roundoff * (func on |inputs|) * xi``: the error of a sum of products, as large as
-        its terms (None to leave it: a result that is not one real floating tensor)."""
+        """``out`` moved by ``roundoff * (func on |inputs|) * sqrt(3) * xi``: the error of a sum of products, as
+        large as its terms (None to leave it: a result that is not one real floating tensor)."""
         if not isinstance(out, torch.Tensor) or not out.is_floating_point() or not out.numel():
             return None
 
@@ -104,7 +111,7 @@ class RoundingNoise(TorchDispatchMode):
             return value.abs() if isinstance(value, torch.Tensor) and value.is_floating_point() else value
 
         size = func(*tree_map(magnitude, args), **tree_map(magnitude, kwargs or {})).abs()
-        return out + self.roundoff * size * self._xi(out).to(out.dtype)
+        return out + (self.roundoff * SUM_ERROR_RMS) * size * self._xi(out).to(out.dtype)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
         out = func(*args, **(kwargs or {}))
