@@ -209,7 +209,16 @@ def judge(template: Path, work: Path, log, name: str, body: str | None) -> tuple
     return code, reasons
 
 
-def run(base: Path, log, on_gpu: bool, only: str | None) -> tuple[list[Result], int]:
+def picked(chosen: list, pick: str | None) -> list:
+    """The attacks at the 1-based positions ``FIRST-LAST`` of ``chosen`` (all without ``pick``): a shard of the
+    stage, which together with its baseline fits a device call."""
+    if pick is None:
+        return chosen
+    first, _, last = pick.partition("-")
+    return chosen[int(first) - 1:int(last or first)]
+
+
+def run(base: Path, log, on_gpu: bool, only: str | None, pick: str | None = None) -> tuple[list[Result], int]:
     template = base / "template"
     baseline = project_repository(template, log).baseline()
     print(f"{'PASS' if baseline == 0 else 'FAIL'}  baseline, lane dit: exit {baseline} (expected 0)", flush=True)
@@ -219,6 +228,7 @@ def run(base: Path, log, on_gpu: bool, only: str | None) -> tuple[list[Result], 
               if (on_gpu or name not in GPU_ONLY) and (only is None or only in name)]
     if only is None or only in "an empty commit":
         chosen.append(("an empty commit", None, 11, "not faster than the lane best"))
+    chosen = picked(chosen, pick)
     results = []
     for index, (name, body, expected, reason) in enumerate(chosen):
         code, reasons = judge(template, base / f"attack-{index}", log, name, body)
@@ -233,6 +243,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the record here (and the log beside it)")
     parser.add_argument("--only", default=None, help="run only the attacks whose name contains this text")
+    parser.add_argument("--pick", default=None, metavar="FIRST-LAST",
+                        help="run only the attacks at these 1-based positions (the empty commit is the last)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary repositories")
     ns = parser.parse_args(argv)
     import torch
@@ -240,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     on_gpu = torch.cuda.is_available()
     started = time.time()
     commit = tree_commit()
-    (results, baseline), error, base = run_in_scratch("attacks", lambda base, log: run(base, log, on_gpu, ns.only),
+    (results, baseline), error, base = run_in_scratch("attacks", lambda base, log: run(base, log, on_gpu, ns.only, ns.pick),
                                                       ([], -1))
     targets = [{"name": r.name, "value": r.exit, "limit": r.expected, "reason": r.reason, "reasons": r.reasons,
                 "pass": r.passed} for r in results]

@@ -75,7 +75,7 @@ MACHINE_START_S = 90
 DEFAULT_UNIT_S = 15.0
 DEFAULT_OVERHEAD_S = {"plugin": 30.0, "suites": 45.0, "corpus": 20.0}
 DEFAULT_WHOLE_S = {"fidelity": 120.0, "kernels": 80.0, "dit": 110.0, "memory": 90.0, "switches": 120.0,
-                   "probe_cost": 150.0, "loop": 260.0, "attacks": 420.0, "empty": 800.0,
+                   "probe_cost": 150.0, "loop": 260.0, "attacks": 600.0, "empty": 800.0,
                    "classes": 700.0}
 
 
@@ -574,11 +574,19 @@ def run_check(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         print(f"[gpu_check] {lanes} GPUs: a lane each, their logs in lane-N folders", flush=True)
         record = run_on_lanes(record, now, gpu_lanes.machine_lanes(lanes), env, logs, out, reruns,
                               lambda merged: save_record(merged, out_path))
-    for part in now[0] if lanes == 1 and now else []:
-        if not part.units:
-            continue
-        record = save_record(run_part(record, part.stage, [u.unit for u in part.units], env, logs, out, reruns),
-                             out_path)
+    stopped = None
+    try:
+        for part in now[0] if lanes == 1 and now else []:
+            if not part.units:
+                continue
+            stopped = part.stage.name
+            record = save_record(run_part(record, part.stage, [u.unit for u in part.units], env, logs, out, reruns),
+                                 out_path)
+            stopped = None
+    except KeyboardInterrupt:  # the call's limit: what finished is saved; the stage that was running stays debt
+        print(f"[gpu_check] stopped while {stopped or 'a stage'} ran: its units keep their earlier state",
+              flush=True)
+    record = save_record(record, out_path)
     final = gpu_record.states(record, STAGES, ROOT, env)
     print_table(record, final, f"gpu_check on {env.get('device')} ({env.get('arch')}), tree {tree_hash()[:12]}")
     if later:

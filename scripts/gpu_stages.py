@@ -465,6 +465,11 @@ def empty_across_shards(results: dict[str, dict[str, Any]]) -> list[str]:
             "must be"]
 
 
+#: the attacks stage: eight attacks and an empty commit, each judged on the DiT lane (about 50 s each on an
+#: H100, beside the baseline's 60 s: all of them outlast a device call), as two shards with a baseline each
+ATTACK_SHARDS = (("1-5", ("--pick", "1-5")), ("6-9", ("--pick", "6-9")))
+
+
 #: the classes stage, a shard per lane: the DiT lane's eight candidates and the kernel lane's three, each lane
 #: with its own baseline, together longer than a device call
 CLASSES_SHARDS = (("dit", ("--lane", "dit")), ("kernels", ("--lane", "kernels")))
@@ -502,7 +507,7 @@ STAGES = [
           _source(probe_cost_targets, _target), per_device=True),
     Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_script)),
     Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
-          _source(stage_script)),
+          _source(stage_script), shards=ATTACK_SHARDS),
     Stage("empty", "whole", ("scripts/agent_loop_empty.py",), "scripts/agent_loop_empty.py", 520,
           _source(stage_script, empty_across_shards), shards=EMPTY_SHARDS, across_shards=empty_across_shards),
     Stage("classes", "whole", ("scripts/agent_loop_classes.py",), "scripts/agent_loop_classes.py", 520,

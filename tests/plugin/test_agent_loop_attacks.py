@@ -65,3 +65,13 @@ def test_the_table_covers_the_attack_classes() -> None:
 ])
 def test_an_attack_cheats_where_the_judge_times_and_only_there(name: str, timed: bool, seen: str) -> None:
     assert probe(attacks.ATTACKS[name][0], timed) == seen
+
+
+def test_the_stages_shards_judge_every_attack_and_the_empty_commit_once() -> None:
+    import gpu_stages
+
+    judged = [*attacks.ATTACKS, "an empty commit"]
+    shards = [attacks.picked(judged, args[args.index("--pick") + 1]) for _, args in gpu_stages.ATTACK_SHARDS]
+    assert sorted(name for shard in shards for name in shard) == sorted(judged)
+    assert all(0 < len(shard) <= 5 for shard in shards)  # with its baseline, each fits a device call
+    assert attacks.picked(judged, None) == judged and attacks.picked(judged, "2") == judged[1:2]

@@ -509,3 +509,25 @@ def test_a_stages_test_files_reach_pytest_with_each_directory_adjacent(gpu_stage
     for directory in {str(Path(path).parent) for path in planned}:
         inside = [index for index, path in enumerate(paths) if path.startswith(directory + "/")]
         assert inside == list(range(inside[0], inside[-1] + 1)), (directory, paths)
+
+
+def test_a_call_stopped_mid_stage_keeps_what_finished_and_writes_its_record(stand_in, tmp_path: Path, capsys,
+                                                                            monkeypatch) -> None:
+    # the device call's limit sends SIGINT while a stage runs (the attacks stage on an H100): the stages that
+    # finished are in the record that comes back, the interrupted one stays debt, and the table is printed
+    run_whole = stand_in.run_whole
+
+    def interrupted(stage, unit, *args):
+        if stage.name == "loop":
+            raise KeyboardInterrupt
+        return run_whole(stage, unit, *args)
+
+    monkeypatch.setattr(stand_in.gpu_check.gpu_stages, "run_whole", interrupted)
+    out = tmp_path / "out" / "gpu_check.json"
+    assert stand_in.main("--changed", "--json", str(out)) == 3
+    text = capsys.readouterr().out
+    assert "stopped while loop ran" in text and "GREEN: False (debt)" in text
+    recorded = json.loads(out.read_text())
+    verdict = stand_in.gpu_check.gpu_record.states(recorded, stand_in.stages, stand_in.root, stand_in.env)
+    assert {s.unit: s.status for s in verdict} == {"tests/t/test_a.py": "fresh", "tests/t/test_b.py": "fresh",
+                                                   "tests/t/test_q.py": "fresh", "bench": "fresh", "loop": "debt"}
