@@ -34,7 +34,10 @@ host-launched durations; benchmarks/results/graph_truth_probe_sm_90.txt, from a 
 Matmul: its kernel-time regimes are reported, not judged. Detection power (first run): an injected 3 %
 slowdown (the same add on 3 % more elements) flagged in >= 19 of 20 repeats of ``measure_pair``, a null change
 (A vs A) in <= 1 of 20, "flagged" meaning the 95 % CI bound shows a difference of at least 1 % (MARGIN).
-Ledger write below 1 ms per measurement (runs on CPU too).
+Ledger write below 1 ms per measurement (runs on CPU too). Each case also reports the SM clock (NVML, at the
+start and the end, median over the rounds) of the end-to-end truth and of ``auto``: a GPU near its power limit
+boosts through a 20-ms burst and throttles through a longer sustained run (on an H100 ``auto`` read a 4096^3
+bf16 matmul 18 % over the burst's truth, with CUPTI's sustained kernel time between them).
 
 The truths are interleaved with the mechanisms, so a change of the device's state between them shows as
 spread over the rounds, not as error. A run's error is the median over its rounds of |mechanism / truth - 1|;
@@ -232,7 +235,10 @@ def interleaved_rounds(case: dict, rounds: int, tt: Any) -> dict:
     host = case.get("host", False)
     rows = []
     for _ in range(rounds):
-        row = {"e2e_ms": end_to_end_ms(bound), "truth_ms": cupti_truth(bound)}
+        before = sm_clock_mhz()
+        row = {"e2e_ms": end_to_end_ms(bound)}
+        row["e2e_sm_mhz"] = [before, sm_clock_mhz()]
+        row["truth_ms"] = cupti_truth(bound)
         if not host:  # a case that waits for the host cannot be captured in a graph
             row["truth_graph_ms"], row["replay_graph_ms"] = cupti_truth_in_graph(bound, row["truth_ms"])
         for key in ("auto", "cupti") + (() if host else ("graph",)):
@@ -241,12 +247,39 @@ def interleaved_rounds(case: dict, rounds: int, tt: Any) -> dict:
             if key == "auto":
                 row["auto_idle_fraction"] = m.extra.get("idle_fraction")
                 row["auto_host_syncs"] = m.extra.get("host_syncs")
+                row["auto_sm_mhz"] = [(c or {}).get("sm_clock_mhz") for c in (m.clocks_start, m.clocks_end)]
         if tt is not None:
             if not host:
                 row["do_bench_cudagraph_ms"] = float(tt.do_bench_cudagraph(bound, return_mode="median"))
             row["do_bench_ms"] = float(tt.do_bench(bound, return_mode="median"))
         rows.append(row)
     return summarize(rows)
+
+
+def sm_clock_mhz() -> int | None:
+    """The current device's SM clock from NVML (None without it): beside the end-to-end truth and ``auto``, it
+    tells a sustained run's throttled clock from a short burst's boost."""
+    import torch
+
+    from pytest_ditgate.bench import nvml
+    from pytest_ditgate.device import real_device
+
+    device = real_device() if torch.cuda.is_available() else None
+    snapshot = nvml.snapshot(device.index, device.uuid) if device is not None else None
+    return None if snapshot is None else snapshot.get("sm_clock_mhz")
+
+
+def clock_line(rows: list[dict]) -> str | None:
+    """The SM clocks (MHz, median over the rounds, at the start and the end) of the end-to-end truth and of
+    ``auto``, or None where NVML gave none."""
+    def ends(key: str) -> str | None:
+        pairs = [r.get(key) for r in rows if r.get(key) and None not in r[key]]
+        if not pairs:
+            return None
+        return f"{statistics.median(p[0] for p in pairs):.0f}->{statistics.median(p[1] for p in pairs):.0f}"
+
+    e2e, auto = ends("e2e_sm_mhz"), ends("auto_sm_mhz")
+    return None if e2e is None and auto is None else f"end to end {e2e or 'n/a'}, auto {auto or 'n/a'} MHz"
 
 
 def summarize(rows: list[dict]) -> dict:
@@ -257,6 +290,7 @@ def summarize(rows: list[dict]) -> dict:
     if all("e2e_ms" in r for r in rows):  # results written before the end-to-end truth have none
         summary["e2e_ms"] = statistics.median(r["e2e_ms"] for r in rows)
         summary["e2e_spread"] = spread([r["e2e_ms"] for r in rows])
+    summary["clocks"] = clock_line(rows)
     if all("truth_graph_ms" in r for r in rows):
         summary["truth_graph_ms"] = statistics.median(r["truth_graph_ms"] for r in rows)
         summary["truth_graph_spread"] = spread([r["truth_graph_ms"] for r in rows])
@@ -395,6 +429,8 @@ def run_targets(results: dict, run: int) -> list[dict]:
             shown += f"; {auto['idle_fraction']:.0%} idle, host syncs: {auto.get('host_syncs')}"
         out.append(target(f"{name}: auto within 5% of end to end", err, f"<= {TOLERANCE}",
                           err is not None and err <= TOLERANCE, shown))
+        if rounds.get("clocks"):
+            out.append(target(f"{name}: SM clock", None, "info", None, rounds["clocks"]))
         if name not in HOST_CASES:
             cv = auto.get("cv")
             out.append(target(f"{name}: auto CV < 2%", cv, f"< {CV_LIMIT}", cv is not None and cv < CV_LIMIT,

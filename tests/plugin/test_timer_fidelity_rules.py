@@ -111,3 +111,14 @@ def test_the_pooled_comparison_is_judged_when_only_later_runs_have_a_sound_trace
     close = judged(0.1270 * 1.004)
     assert close["pass"] and close["passed_runs"] == "1/1" and "over 6 rounds" in " ".join(close["shown"])
     assert judged(0.1270 * 1.012)["pass"] is False
+
+
+def test_the_sm_clock_of_the_truth_and_of_auto_is_reported_beside_them(fidelity) -> None:
+    # an H100: a matmul timed by auto's sustained batches reads 18 % over the end-to-end truth's 20-ms burst;
+    # the clocks say whether the device throttled between them (information, never judged)
+    rows = rounds(0.187, 0.19, 0.19, 0.189, 0.206, 0.192, e2e=0.179, auto=0.212)
+    for row in rows:
+        row["e2e_sm_mhz"], row["auto_sm_mhz"] = [1980, 1980], [1980, 1755]
+    found = targets(fidelity, "matmul_4096_bf16", rows)
+    assert found["SM clock"]["pass"] is None and found["SM clock"]["shown"] == "end to end 1980->1980, auto 1980->1755 MHz"
+    assert "SM clock" not in targets(fidelity, "matmul_4096_bf16", rounds(0.187, 0.19, 0.19, 0.189, 0.206, 0.192))
