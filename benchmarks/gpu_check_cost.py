@@ -55,7 +55,7 @@ ROWS = [
 #: have no run recorded on the record's tree, so no edit makes them stale there; each runs the judge, so a
 #: change to it makes them stale once they have run (at their estimates until measured)
 COUNTED = {"the judge, with the stages that run it end to end": (
-    "attacks:attacks", "empty:empty[1-10]", "empty:empty[11-20]", "classes:classes[dit]",
+    "attacks:attacks[1-5]", "attacks:attacks[6-9]", "empty:empty[1-10]", "empty:empty[11-20]", "classes:classes[dit]",
     "classes:classes[kernels]")}
 #: the machines each row is planned for: GPUs of one host, a lane each
 GPUS = (1, 4, 8)

@@ -64,12 +64,14 @@ OPTIONAL_PACKAGES = {
     "open-clip-torch": ("open_clip", "open_clip_torch"),
     "import-linter": ("importlinter", "import_linter"),
 }
-#: one device call: its limit, what setting up the machine's packages and the project costs in each call, the
-#: margin left, and the start of a machine (device time, outside the call's limit)
+#: one device call: its limit, what each call costs beside its stages (setting up the packages and the project,
+#: 3-6 s; the tree's transfer and the gap to the next call, 6-7 s), the margin left, and what a machine costs
+#: once (its start and the 30 s it stays held after its last call: 62, 77 and 82 s for the three machines of
+#: seven H100 calls, benchmarks/results/gpu_check_h100_1207/README.md)
 CALL_LIMIT_S = 600
-CALL_SETUP_S = 60
+CALL_SETUP_S = 15
 CALL_MARGIN_S = 30
-MACHINE_START_S = 90
+MACHINE_START_S = 80
 #: a test file never timed counts this much; a test stage's fixed cost (start, collection) until measured; a
 #: whole stage never timed on this record, its usual time (on an H200 or H100; its limit is what stops it)
 DEFAULT_UNIT_S = 15.0

@@ -275,8 +275,9 @@ def test_the_plan_packs_the_debt_into_device_calls_with_their_set_up(stand_in, g
     assert stand_in.main("--changed") == 0
     stand_in.take()
     record = stand_in.data()
+    long = gpu_check.CALL_LIMIT_S - gpu_check.CALL_SETUP_S - gpu_check.CALL_MARGIN_S - 10.0
     for entry in record["stages"]["loop"]["units"].values():
-        entry["result"]["seconds"] = 500.0  # a long unit: a call of its own
+        entry["result"]["seconds"] = long  # a long unit: a call of its own
     stand_in.record.write_text(json.dumps(record))
     (stand_in.root / "src" / "lib" / "core.py").write_text("X = 2\n")
     (stand_in.root / "src" / "lib" / "judge.py").write_text("J = 2\n")
@@ -288,7 +289,7 @@ def test_the_plan_packs_the_debt_into_device_calls_with_their_set_up(stand_in, g
     assert all(call["seconds"] <= gpu_check.CALL_LIMIT_S for call in summary["calls"])
     assert summary["device_s"] == pytest.approx(sum(c["seconds"] for c in summary["calls"]) + gpu_check.MACHINE_START_S)
     out = capsys.readouterr().out
-    assert "5 units of t, bench, loop to run on a GPU" in out and "call 2, about 560 s" in out
+    assert "5 units of t, bench, loop to run on a GPU" in out and f"call 2, about {long + gpu_check.CALL_SETUP_S:.0f} s" in out
 
 
 def test_a_stage_longer_than_a_call_runs_in_shards_judged_together(stand_in, gpu_record, gpu_stages, capsys,
