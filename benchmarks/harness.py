@@ -144,12 +144,13 @@ def write_table(target: Any, record: dict[str, Any], lines: list[str]) -> Path:
     return path
 
 
-def end_to_end_ms(fn: Callable[[], Any], total_ms: float = 20.0, bursts: int = 1) -> float:
+def end_to_end_ms(fn: Callable[[], Any], total_ms: float = 20.0, bursts: int = 1, lead_ms: float = 0.0) -> float:
     """The end-to-end truth of a call: milliseconds per call of many back-to-back calls, host clock, one device
     synchronisation at the end (what nvbench's "cold" loop and triton's ``do_bench`` measure: what a caller waits
     for, host work and launch gaps included); the count sized for about ``total_ms``. With ``bursts``, the
     median of that many such bursts run one after another: a host stall in one burst is not the truth, and
-    the device runs as long as a measurement of ``bursts * total_ms`` keeps it busy."""
+    the device runs as long as a measurement of ``bursts * total_ms`` keeps it busy. ``lead_ms`` of untimed
+    back-to-back calls come first (a measurement's warm-up: the timed window starts as late)."""
     import statistics
     import time
 
@@ -163,6 +164,8 @@ def end_to_end_ms(fn: Callable[[], Any], total_ms: float = 20.0, bursts: int = 1
     torch.cuda.synchronize()
     once = (time.perf_counter() - start) * 1e3
     count = max(10, min(20_000, int(total_ms / max(once, 1e-4))))
+    for _ in range(int(lead_ms / max(once, 1e-4))):
+        fn()
     per_call = []
     for _ in range(max(1, bursts)):
         start = time.perf_counter()

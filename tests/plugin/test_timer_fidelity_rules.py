@@ -141,3 +141,17 @@ def test_the_end_to_end_truth_is_the_median_of_its_bursts(load_benchmark, monkey
     assert harness.end_to_end_ms(fn, total_ms=50.0, bursts=5) == pytest.approx(1.0)
     clock.update(now=0.0, calls=0)
     assert harness.end_to_end_ms(fn, total_ms=50.0) == pytest.approx(1.0)  # one burst, before the stall
+
+
+def test_auto_cv_is_judged_where_the_device_stays_busy_and_reported_where_it_waits_for_the_host(fidelity) -> None:
+    # an H100 host: the 2-us add launches every 7.0-8.7 us, the device idle 73 % of the latency, and auto's
+    # samples spread 2.7-9.3 % with the host's launch jitter; a matmul keeps the device busy and is judged
+    waiting = rounds(0.00196, 0.0018, 0.0018, 0.0018, 0.0018, 0.00196, e2e=0.0078, auto=0.0078)
+    busy = rounds(0.187, 0.19, 0.19, 0.189, 0.206, 0.192, e2e=0.19, auto=0.19)
+    for row in waiting:
+        row.update(auto_cv=0.06, auto_idle_fraction=0.73)
+    for row in busy:
+        row.update(auto_cv=0.03, auto_idle_fraction=0.0)
+    add = targets(fidelity, "add_1M_bf16", waiting)["auto CV < 2%"]
+    assert add["pass"] is None and "not judged: launch-bound here (73% idle)" in add["shown"]
+    assert targets(fidelity, "copy_256MB", busy)["auto CV < 2%"]["pass"] is False
