@@ -26,6 +26,7 @@ timeout --signal=INT --kill-after=20 "${GPU_CHECK_CALL_S:-540}" \
     --out "$OUT/results" "$@" > "$OUT/logs/gpu_check.log" 2>&1
 status=$?
 [ -f "$OUT/gpu_check.json" ] && cp "$OUT/gpu_check.json" "$STATE"
+bash scripts/scrub_paths.sh "$OUT/logs" "$OUT/results"  # what comes back is committed: no machine paths
 tar -czf "$OUT/logs.tar.gz" -C "$OUT" logs results && rm -rf "$OUT/logs" "$OUT/results"
 tail -n 40 < <(tar -xzOf "$OUT/logs.tar.gz" logs/gpu_check.log)
 exit $status

@@ -532,3 +532,21 @@ def test_a_call_stopped_mid_stage_keeps_what_finished_and_writes_its_record(stan
     verdict = stand_in.gpu_check.gpu_record.states(recorded, stand_in.stages, stand_in.root, stand_in.env)
     assert {s.unit: s.status for s in verdict} == {"tests/t/test_a.py": "fresh", "tests/t/test_b.py": "fresh",
                                                    "tests/t/test_q.py": "fresh", "bench": "fresh", "loop": "debt"}
+
+
+def test_what_a_device_call_brings_back_names_no_machine_path(tmp_path: Path) -> None:
+    # logs and results are committed as they come back: the repository root, the call's output folder and the
+    # home folder are written <repo>, $OUT and ~; the recordings keep theirs (the GPU check reads them)
+    root = Path(__file__).resolve().parents[2]
+    out, home = tmp_path / "out", tmp_path / "home"
+    logs = out / "logs"
+    logs.mkdir(parents=True)
+    text = f"{root}/tests/gates/test_x.py failed; wrote {out}/results/r.json; looked in {home}/.cache/torch\n"
+    for name in ("run.log", "table.txt", "bench.json", "record.jsonl"):
+        (logs / name).write_text(text)
+    env = dict(os.environ, OUT=str(out), HOME=str(home))
+    subprocess.run(["bash", str(root / "scripts" / "scrub_paths.sh"), str(logs), str(out / "absent")], env=env,
+                   check=True)
+    scrubbed = "<repo>/tests/gates/test_x.py failed; wrote $OUT/results/r.json; looked in ~/.cache/torch\n"
+    assert [(logs / n).read_text() for n in ("run.log", "table.txt", "bench.json")] == [scrubbed] * 3
+    assert (logs / "record.jsonl").read_text() == text
