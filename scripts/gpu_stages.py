@@ -465,8 +465,8 @@ def empty_across_shards(results: dict[str, dict[str, Any]]) -> list[str]:
             "must be"]
 
 
-#: the attacks stage: eight attacks and an empty commit, each judged on the DiT lane (about 50 s each on an
-#: H100, beside the baseline's 60 s: all of them outlast a device call), as two shards with a baseline each
+#: the attacks stage: eight attacks and an empty commit, each judged on the DiT lane after a baseline (about
+#: 57 s a run on an H100: all of them outlast a device call), as two shards with a baseline each
 ATTACK_SHARDS = (("1-5", ("--pick", "1-5")), ("6-9", ("--pick", "6-9")))
 
 
