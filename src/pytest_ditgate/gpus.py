@@ -121,6 +121,7 @@ def pytest_testnodedown(node, error) -> None:  # xdist controller hook
         node.config.stash.setdefault(_reports_key, {})[node.workerinput["workerid"]] = report
 
 
+@pytest.hookimpl(trylast=True)  # after other plugins' sections: ditgate's summary is read last
 def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     reports = config.stash.get(_reports_key, None)
     if not reports:

@@ -41,6 +41,8 @@ def test_measures_records_summarises_and_feeds_pytest_benchmark(pytester: pytest
     result.assert_outcomes(passed=1)
     result.stdout.fnmatch_lines(["*= ditgate benchmarks =*", "name*backend*median ms*CV*n*mechanism*arch",
                                  "test_one[[]sum2k[]]*python*wall/spaced*cpu", "ledger: *bench.jsonl"])
+    text = result.stdout.str()  # pytest-benchmark's table of the same samples first, ours next to the outcome
+    assert text.index("benchmark 'ditgate'") < text.index("= ditgate benchmarks =")
     (record,) = _ledger(pytester)
     assert record["kind"] == "measurement" and record["test"].endswith("::test_one")
     ours = record["measurement"]

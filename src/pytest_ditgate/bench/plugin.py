@@ -157,6 +157,7 @@ class BenchReporter:
         if rows and report.when == "call":
             self.rows.extend(rows)
 
+    @pytest.hookimpl(trylast=True)  # after other plugins' sections: ditgate's summary is read last
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_ditgate.bench.report import summary_lines
 

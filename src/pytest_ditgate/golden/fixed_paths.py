@@ -357,6 +357,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
                          f"({count} files, --ditgate-{state.deliberate})")
 
 
+@pytest.hookimpl(trylast=True)  # after other plugins' sections: ditgate's summary is read last
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = _enforced(config)
     if state is None or not state.summary:

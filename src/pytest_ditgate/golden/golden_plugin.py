@@ -203,6 +203,7 @@ def pytest_testnodedown(node: Any, error: Any) -> None:
         state.worker_usage.append(usage)
 
 
+@pytest.hookimpl(trylast=True)  # after other plugins' sections: ditgate's summary is read last
 def pytest_terminal_summary(terminalreporter: Any, config: pytest.Config) -> None:
     state = _state(config)
     report = state.report if state is not None else None

@@ -285,6 +285,7 @@ class QualityReporter:
         if records and report.when == "call":
             self.session.records.extend(records)
 
+    @pytest.hookimpl(trylast=True)  # after other plugins' sections: ditgate's summary is read last
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         from pytest_ditgate.quality.report import table_lines
 

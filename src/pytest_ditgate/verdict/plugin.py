@@ -185,6 +185,7 @@ class ExperimentSession:
         if self.verdict_json_failed:  # whoever waits for that file must not read an old one as this verdict
             session.exitstatus = pytest.ExitCode.USAGE_ERROR
 
+    @pytest.hookimpl(trylast=True)  # after other plugins' sections: ditgate's summary is read last
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.verdict is None:
             return
