@@ -167,7 +167,7 @@ def test_each_switch_fails_where_it_changes_the_result_and_passes_declared(case)
 @pytest.mark.requires_gpu(tf32=True, why="cuDNN's TF32 convolutions")
 def test_torchs_default_switches_fail_an_undeclared_fp32_convolution() -> None:
     """cuDNN's TF32 is on by default: an fp32 convolution run with torch's defaults fails unless declared, where
-    cuDNN's choice of algorithm uses it (on an H100 with torch 2.14 it does at this size: the switch changes all
+    cuDNN's choice of algorithm uses it (on an H100 with torch 2.11 it does at this size: the switch changes all
     but 0.01 % of the outputs). Where it chooses none that does, the check passes and its report says so."""
     from pytest_ditgate import GateFailure, check_kernel
 

@@ -388,8 +388,8 @@ def test_an_output_of_zeros_or_noise_is_wrong_not_downgraded(dtype) -> None:
 def test_an_output_that_cancels_is_judged_at_its_own_rounding_noise() -> None:
     """``(1 + x) - 1`` at x ~ 1e-4 in float32: the float64 reference moves by thousands of spacings of the tiny
     result, but any fp32 kernel's result is as coarse as its rounding of ``1 + x`` (1.2e-7), so about half of its
-    elements stay: the probe counts a move in units of the element's simulated rounding error there, and an
-    honest kernel is not called downgraded (it was, before)."""
+    elements stay: the probe counts a move in units of the element's simulated rounding error there, so an
+    honest kernel is not called downgraded."""
     def cancel(x):
         return (1 + x) - 1
 

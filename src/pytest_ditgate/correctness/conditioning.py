@@ -20,14 +20,14 @@ A contraction (a GEMM, a batched GEMM, a convolution) errs by more than one roun
 ``K`` products errs by about ``u`` times the size of its terms, ``u * (|A| @ |B|)``, which exceeds ``u * |A @ B|``
 wherever the products cancel. Where such an intermediate feeds a nonlinear op, that larger error is what moves
 the output: an attention's scores at inputs x 1e3 are about 1e6, their fp32 sums err by about 3 (not by one
-rounding, 0.06), and where two keys' scores lie within that, the softmax weights them otherwise (torch's own
-fp32 attention erred by 3.5 times the elementwise allowance on 126 of 8.4M outputs before this). So the runs are
-repeated with each contraction's result also moved by ``u * (|A| @ |B|) * xi``, ``xi`` uniform in [-sqrt 3,
-sqrt 3] (an RMS of one: the sum errs by about ``u`` times its terms' size as an RMS, not as a bound; torch's
-fp32 efficient-attention kernel on an H100 moved a near-tied score by about 5.5 times that, within the factor
-8 an element's allowance gives its simulated error). That error of each element counts toward its own
-allowance only: the norm's conditioning and the ceiling it lifts stay those of one rounding per result, which
-the bound's magnitude term already complements for the output's own sums.
+rounding, 0.06), and where two keys' scores lie within that, the softmax weights them otherwise (against one
+rounding per result, torch's own fp32 attention errs by 3.5 times its elementwise allowance on 126 of 8.4M
+outputs). So the runs are repeated with each contraction's result also moved by ``u * (|A| @ |B|) * xi``,
+``xi`` uniform in [-sqrt 3, sqrt 3] (an RMS of one: the sum errs by about ``u`` times its terms' size as an
+RMS, not as a bound; torch's fp32 efficient-attention kernel on an H100 moved a near-tied score by about 5.5
+times that, within the factor 8 an element's allowance gives its simulated error). That error of each element
+counts toward its own allowance only: the norm's conditioning and the ceiling it lifts stay those of one
+rounding per result, which the bound's magnitude term already complements for the output's own sums.
 """
 
 from __future__ import annotations
