@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_project import BIN, GATE, Project, clean_env, create
+from judge_project import BIN, GATE, SOFTMAX_CANDIDATE, SOFTMAX_GATE, SOFTMAX_REFERENCE, Project, clean_env, create
 
 LOCK = "golden/fixed_paths.lock.json"
 
@@ -216,46 +216,6 @@ def judged_runs(stdout: str) -> list[str]:
 
     return [re.sub(r"--ditgate-dir=\S+", "--ditgate-dir=<run>", line) for line in stdout.splitlines()
             if line.startswith("ditgate: judged run:")]
-
-
-SOFTMAX_REFERENCE = """
-import torch
-
-
-def reference(x):
-    for _ in range(8):
-        y = torch.exp(x - x.amax(-1, keepdim=True))
-    return y / y.sum(-1, keepdim=True)
-"""
-
-SOFTMAX_CANDIDATE = """
-import torch
-
-
-def candidate(x):
-    return torch.softmax(x, dim=-1)
-"""
-
-SOFTMAX_GATE = """
-import torch
-from candidate.work import candidate
-from reference.work import reference
-
-
-def data():
-    return torch.randn(64, 256, generator=torch.Generator().manual_seed(0))
-
-
-def test_quality(golden, quality_gate):
-    def compare(cand, hit):
-        return quality_gate.check("case0", cand, hit.tensors, tolerance_scale=hit.tolerance_scale)
-
-    golden.check("case0", {"act": candidate(data())}, compare=compare)
-
-
-def test_speed(ditbench):
-    ditbench.pair(candidate, reference, data(), min_speedup=None)
-"""
 
 
 @pytest.mark.slow

@@ -16,6 +16,10 @@ from typing import Any, Iterable
 LANE_BEST_LABEL = "lane-best"
 
 
+#: a host drift below this factor is not named in the verdict's reason (it still scales the bound)
+DRIFT_NOTE = 1.02
+
+
 def is_versus_best(comparison: dict[str, Any]) -> bool:
     """Whether a comparison measured the candidate against the lane's best (not against the baseline)."""
     flagged = comparison.get("versus_best")
@@ -37,7 +41,8 @@ def judge_objective(comparisons: Iterable[dict[str, Any]], best: dict[str, Any] 
     if objective is None:
         return None, None
     better, why = beats_best(objective, best, min_improvement=min_improvement,
-                             remeasured=combine([c for c in comparisons if is_versus_best(c)]))
+                             remeasured=combine([c for c in comparisons if is_versus_best(c)]),
+                             host_drift=host_drift(comparisons, best))
     if better and best is not None and objective["ratio"] > float(best["objective"]["ratio"]):
         better, why = False, (f"not faster than the lane best: ratio to the baseline implementation "
                               f"{objective['ratio']:.4f} is above the best's {float(best['objective']['ratio']):.4f} "
@@ -66,8 +71,40 @@ def combine(comparisons: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
     }
 
 
+def host_drift(comparisons: Iterable[dict[str, Any]], best: dict[str, Any] | None) -> float:
+    """How far this run's host ran from the best's run's, as a factor >= 1: per comparison timed on the host's
+    clock in both runs, the fixed reference's median here against its median there (either way round),
+    combined as the objective combines ratios (geometric mean). 1.0 where nothing can be compared.
+
+    The reference is the same code in both runs, so its time says how differently loaded the host was. Load
+    does not cancel in a ratio: a reference using torch's intra-op threads slows 1.6x to 2x on a busy two-core
+    host while a small single-threaded candidate slows 1.2x, which moves their ratio by up to the reference's
+    factor (``benchmarks/results/host_drift_cpu.json``)."""
+    from pytest_ditgate.bench.mechanisms import DEVICE_TIMERS
+
+    if best is None:
+        return 1.0
+    recorded = {str(c.get("name")): c for c in best.get("comparisons") or [] if isinstance(c, dict)}
+    factors = []
+    for c in comparisons:
+        if is_versus_best(c) or str(c.get("mechanism")) in DEVICE_TIMERS:
+            continue
+        then = recorded.get(str(c.get("name")))
+        if then is None or str(then.get("mechanism")) in DEVICE_TIMERS:
+            continue
+        try:
+            now_ms, then_ms = float(c["reference_median_ms"]), float(then["reference_median_ms"])
+        except (KeyError, TypeError, ValueError):
+            continue
+        if math.isfinite(now_ms) and math.isfinite(then_ms) and now_ms > 0 and then_ms > 0:
+            factors.append(max(now_ms / then_ms, then_ms / now_ms))
+    if not factors:
+        return 1.0
+    return math.exp(sum(math.log(f) for f in factors) / len(factors))
+
+
 def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_improvement: float = 0.0,
-               remeasured: dict[str, Any] | None = None) -> tuple[bool, str]:
+               remeasured: dict[str, Any] | None = None, host_drift: float = 1.0) -> tuple[bool, str]:
     """Whether the candidate is confidently faster than the lane's best (the first run of a lane always is).
 
     ``remeasured`` (candidate / best measured side by side in this run) decides when present: a best
@@ -76,6 +113,8 @@ def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_im
     measured in another run and is known only within its confidence interval, so the candidate's upper bound
     must beat the best's lower bound (by ``min_improvement``). Against the best's point ratio, a best that
     read high by chance (a loaded host: 1.095 where the same code reads 1.02 to 1.07) lets no-ops through.
+    Where the host ran ``host_drift`` times faster or slower than in the best's run (``host_drift``), the gain
+    must exceed that factor too: it is as large as the change in load can move the ratio.
     """
     if best is None:
         return True, "first result on this lane and arch"
@@ -87,13 +126,20 @@ def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_im
         return verdict, (f"{text} beats the best" if verdict else f"not faster than the lane best: {text}")
     best_ratio = float(best["objective"]["ratio"])
     best_low = _lower_bound(best["objective"], best_ratio)
-    bound = best_low * (1.0 - min_improvement)
+    drift = max(1.0, host_drift)
+    bound = best_low * (1.0 - min_improvement) / drift
     best_text = f"{best_ratio:.4f}" + (f" (CI low {best_low:.4f})" if best_low != best_ratio else "")
+    load = "" if drift <= DRIFT_NOTE else (
+        f"; the fixed reference's time here is {drift:.2f}x off its time in the best's run, so the gain must "
+        f"exceed that factor too (bound {bound:.4f}): a host loaded differently moves the ratio by up to "
+        f"that factor; re-measure the best in the same run (a versus-lane-best pair) or give the lane a timing "
+        f"module")
     if objective["ci_high"] < bound:
         return True, (f"ratio {objective['ratio']:.4f} (CI high {objective['ci_high']:.4f}) beats the lane best "
-                      f"{best_text}")
+                      f"{best_text}{load}")
     return False, (f"not faster than the lane best: ratio {objective['ratio']:.4f} (CI {objective['ci_low']:.4f}.."
-                   f"{objective['ci_high']:.4f}) vs best {best_text} from {best.get('commit') or 'an earlier run'}")
+                   f"{objective['ci_high']:.4f}) vs best {best_text} from {best.get('commit') or 'an earlier run'}"
+                   f"{load}")
 
 
 def _lower_bound(recorded: dict[str, Any], ratio: float) -> float:
