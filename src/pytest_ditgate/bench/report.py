@@ -23,7 +23,8 @@ def comparison_row(test: str, c: Comparison, min_speedup: float | None, passed: 
 
     return {"kind": "comparison", "test": test, "name": f"{c.a.name} / {c.b.name}", "ratio": c.ratio,
             "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "method": c.method,
-            "mechanism": timer_label(c.a.mechanism), "arch": c.a.arch, "min_speedup": min_speedup, "passed": passed,
+            "mechanism": timer_label(c.a.mechanism), "arch": c.a.arch, "reference_median_ms": c.b.median_ms,
+            "min_speedup": min_speedup, "passed": passed,
             "idle": c.idle_text().lstrip("; "), "disagreement": c.disagreement(min_speedup)}
 
 

@@ -84,13 +84,13 @@ def host_drift(comparisons: Iterable[dict[str, Any]], best: dict[str, Any] | Non
 
     if best is None:
         return 1.0
-    recorded = {str(c.get("name")): c for c in best.get("comparisons") or [] if isinstance(c, dict)}
+    recorded = {_pair_key(c): c for c in best.get("comparisons") or [] if isinstance(c, dict)}
     factors = []
     for c in comparisons:
-        if is_versus_best(c) or str(c.get("mechanism")) in DEVICE_TIMERS:
+        if is_versus_best(c) or _timer(c) in DEVICE_TIMERS:
             continue
-        then = recorded.get(str(c.get("name")))
-        if then is None or str(then.get("mechanism")) in DEVICE_TIMERS:
+        then = recorded.get(_pair_key(c))
+        if then is None or _timer(then) in DEVICE_TIMERS:
             continue
         try:
             now_ms, then_ms = float(c["reference_median_ms"]), float(then["reference_median_ms"])
@@ -101,6 +101,18 @@ def host_drift(comparisons: Iterable[dict[str, Any]], best: dict[str, Any] | Non
     if not factors:
         return 1.0
     return math.exp(sum(math.log(f) for f in factors) / len(factors))
+
+
+def _pair_key(comparison: dict[str, Any]) -> str:
+    """A comparison's ``test::candidate / reference`` name, as the judge records it (an advisory run's report row
+    names the pair alone and its test apart)."""
+    name = str(comparison.get("name"))
+    return name if "::" in name or not comparison.get("test") else f"{comparison['test']}::{name}"
+
+
+def _timer(comparison: dict[str, Any]) -> str:
+    """The mechanism's name (a report row's ``cupti: kernel time only`` is ``cupti``)."""
+    return str(comparison.get("mechanism")).split(":", 1)[0]
 
 
 def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_improvement: float = 0.0,
