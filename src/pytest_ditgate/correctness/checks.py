@@ -43,7 +43,7 @@ import torch
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
-from pytest_ditgate.correctness import compare, conditioning, honest, memory, poison, scales, switches
+from pytest_ditgate.correctness import compare, conditioning, honest, memory, poison, rounding, scales, switches
 from pytest_ditgate.correctness.precision_probe import Probe
 from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
@@ -82,6 +82,7 @@ def check_kernel(
     poison_memory: bool = True,
     check_timers: bool = True,
     check_precision: bool = True,
+    check_rounding: bool = True,
     label: str | None = None,
 ) -> KernelReport:
     """Check that ``candidate`` computes what ``reference`` computes; return a :class:`KernelReport`.
@@ -100,7 +101,9 @@ def check_kernel(
     ``trials`` (inputs scaled by a number, or ``"mixed"`` per row; ``()`` for none), scaling the floating
     arguments ``scaled_args`` names (default: all but ``out_args``). ``check_precision``: the precision probe
     (inputs moved within the cells of the grid next coarser than the inputs' dtype, or than ``compute_dtype``;
-    an output that does not respond fails ``precision_downgrade``; its verdict is ``report.precision``). Raises
+    an output that does not respond fails ``precision_downgrade``; its verdict is ``report.precision``).
+    ``check_rounding``: a bfloat16 or float16 output whose deviations from the correctly rounded reference go one
+    way (a truncating cast) fails ``rounding_bias`` (off when ``compute_dtype`` declares a precision). Raises
     :class:`~pytest_ditgate.GateFailure` with a stable ``.reason``.
     """
     roles = _check_arguments(candidate, reference, make_inputs, trials=trials, seed=seed, compute_dtype=compute_dtype,
@@ -109,7 +112,8 @@ def check_kernel(
                              roles=dict(out_args=out_args, inout_args=inout_args, scratch_args=scratch_args),
                              flags=dict(check_determinism=check_determinism, allow_nondeterminism=allow_nondeterminism,
                                         check_constant=check_constant, poison_memory=poison_memory,
-                                        check_timers=check_timers, check_precision=check_precision))
+                                        check_timers=check_timers, check_precision=check_precision,
+                                        check_rounding=check_rounding))
     scale_list = scales.parse_scales(input_scales, CALL)
     if scaled_args is not None:
         scaled_args = parse_keys(scaled_args, "scaled_args", CALL)
@@ -119,7 +123,8 @@ def check_kernel(
                input_scales=scale_list, scaled_args=scaled_args,
                check_determinism=check_determinism, nondeterminism_atol=float(nondeterminism_atol),
                allow_nondeterminism=allow_nondeterminism, check_constant=check_constant,
-               poison_memory=poison_memory, check_timers=check_timers, check_precision=check_precision, label=label)
+               poison_memory=poison_memory, check_timers=check_timers, check_precision=check_precision,
+               check_rounding=check_rounding and compute_dtype is None, label=label)
     return run.execute()
 
 
@@ -194,7 +199,7 @@ class _Run:
 
     def __init__(self, candidate, reference, make_inputs, *, trials, seed, tolerance, reference_dtype, roles,
                  input_scales, scaled_args, check_determinism, nondeterminism_atol, allow_nondeterminism,
-                 check_constant, poison_memory, check_timers, check_precision, label) -> None:
+                 check_constant, poison_memory, check_timers, check_precision, check_rounding, label) -> None:
         self.candidate, self.reference, self.make_inputs = candidate, reference, make_inputs
         self.trials, self.seed, self.tolerance = trials, seed, tolerance
         self.reference_dtype, self.roles = reference_dtype, roles
@@ -202,7 +207,8 @@ class _Run:
         self.check_determinism, self.nondeterminism_atol = check_determinism, nondeterminism_atol
         self.allow_nondeterminism, self.check_constant = allow_nondeterminism, check_constant
         self.poison_memory, self.check_timers = poison_memory, check_timers
-        checks = ["reference_nonfinite", "shape", "dtype", "nonfinite", "mismatch(elementwise+rel-norm vs the honest-error estimate)", "input_mutated",
+        self.check_rounding = check_rounding
+        checks = ["reference_nonfinite", "shape", "dtype", "nonfinite", "mismatch(elementwise, rel-norm)", "input_mutated",
                   "crash", "stream-order(every stream synchronised)"]
         if poison_memory:
             checks.append("stale_output(poisoned allocations)")
@@ -214,6 +220,8 @@ class _Run:
             checks.append("timer_tampered")
         if check_precision:
             checks.append("precision_downgrade")
+        if check_rounding:
+            checks.append("rounding_bias")
         if input_scales:
             checks.append("extremal trials (inputs " + ", ".join(scales.scale_text(s) for s in input_scales) + ")")
         name = label or _callable_name(candidate)
@@ -705,8 +713,24 @@ class _Run:
                                "the candidate returns the same output for different inputs (cached or constant)"])
             self._fail("mismatch", f"{name} differs from the reference beyond tolerance", trial, result.lines(),
                        output=name)
+        if self.check_rounding:
+            self._judge_rounding(trial, pairs, structure, estimate)
         if second is not None:
             self._judge_determinism(trial, first, second)
+
+    def _judge_rounding(self, trial: TrialReport, pairs: list, structure: Any, estimate: "_Lazy") -> None:
+        """``rounding_bias`` for a 16-bit output whose deviations from the correctly rounded reference go one way,
+        unless the reference's own run at the inputs' precision errs one way there too (a shared value rounded at
+        that precision shifts whole rows)."""
+        for (name, cand), (_, ref), _ in pairs:
+            bias = rounding.rounding_bias(cand, ref)
+            if bias is None:
+                continue
+            same, _ = estimate.get().outputs(structure)
+            if rounding.excess_bias(same.get(name), ref) >= rounding.MIN_BIAS_ULP / 2:
+                continue
+            self._fail("rounding_bias", f"{name} rounds {bias.direction}", trial, bias.lines(name, cand.dtype),
+                       output=name)
 
     def _judge_poison(self, trial: TrialReport, name: str, cand: torch.Tensor, ref: torch.Tensor) -> None:
         if cand.dtype is torch.bool:

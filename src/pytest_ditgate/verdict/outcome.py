@@ -30,7 +30,7 @@ class Category(str, enum.Enum):
 REASON_CATEGORIES: dict[str, Category] = {
     **{code: Category.QUALITY for code in (
         "mismatch", "nonfinite", "shape", "dtype", "input_mutated", "nondeterministic", "stale_output",
-        "constant_output", "precision_downgrade", "quality", "golden_missing", "unchecked", "metric_missing")},
+        "constant_output", "precision_downgrade", "rounding_bias", "quality", "golden_missing", "unchecked", "metric_missing")},
     **{code: Category.INTEGRITY for code in ("timer_tampered", "integrity", "golden_tampered", "fixed_paths")},
     "scope": Category.SCOPE,
     "classification": Category.CLASSIFICATION,
