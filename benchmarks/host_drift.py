@@ -139,14 +139,6 @@ def summarise(runs: list[dict], floor: float) -> dict:
     return summary
 
 
-def commit() -> str | None:
-    """The commit measured: ``$DITGATE_COMMIT`` (a copied tree), else the checkout's HEAD (``-dirty`` with
-    uncommitted changes to tracked files), else None."""
-    from noise_keeps import commit as checkout_commit
-
-    return checkout_commit()
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=2)
@@ -158,6 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
 
+    from noise_keeps import commit  # the commit measured, "-dirty" with uncommitted changes
     from pytest_ditgate.experiment.rounds import HOST_GAIN_FLOOR
     from test_command import machine
 

@@ -272,28 +272,22 @@ def test_an_advisory_run_weighs_the_hosts_drift_as_the_judge_does() -> None:
     """An advisory ``--ditgate-lane`` run's report row names the pair and its test apart, and labels a busy timer
     ``cupti: kernel time only``; it is matched with the judge's recorded best all the same, so that an advisory
     KEEP is not a judged DISCARD."""
+    from pytest_ditgate.bench.comparison import compare
+    from pytest_ditgate.bench.measurement import Measurement
     from pytest_ditgate.bench.report import comparison_row
     from pytest_ditgate.verdict.objective import host_drift
 
     best = _softmax_best(0.172)
     best["comparisons"][0]["name"] = "tests/gates/test_gate.py::test_speed::candidate / reference"
 
-    class Side:
-        def __init__(self, name: str, median_ms: float) -> None:
-            self.name, self.arch, self.median_ms, self.mechanism, self.extra = name, "cpu", median_ms, "wall", {}
+    def wall(label: str, median_ms: float) -> Measurement:
+        samples = [median_ms * (1 + 0.001 * (i % 5 - 2)) for i in range(40)]
+        return Measurement.from_samples(samples, warmup=3, mechanism="wall", regime="spaced", l2_mode="warm",
+                                        label=label)
 
-    class Pair:
-        a, b = Side("candidate", 0.0139), Side("reference", 0.224)
-        ratio, ci_low, ci_high, confidence, method = 0.0621, 0.0610, 0.0626, 0.95, "paired-bootstrap"
-
-        def idle_text(self) -> str:
-            return ""
-
-        def disagreement(self, min_speedup) -> str:
-            return ""
-
-    row = comparison_row("tests/gates/test_gate.py::test_speed", Pair(), None, None)
-    assert row["name"] == "candidate / reference" and row["reference_median_ms"] == 0.224
+    pair = compare(wall("candidate", 0.0139), wall("reference", 0.224), method="paired-bootstrap")
+    row = comparison_row("tests/gates/test_gate.py::test_speed", pair, None, None)
+    assert row["name"] == "candidate / reference" and row["reference_median_ms"] == pytest.approx(0.224)
     assert host_drift([row], best) == pytest.approx(0.224 / 0.172)
     busy = dict(row, mechanism="cupti: kernel time only")
     assert host_drift([busy], best) == 1.0  # a device timer: its own drift bound applies

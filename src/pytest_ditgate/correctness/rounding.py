@@ -86,7 +86,7 @@ def _tally(output: torch.Tensor, reference: torch.Tensor) -> _Tally | None:
     tally = _Tally()
     for _, (out, ref) in compare.chunks(output, reference):
         exact = ref.to(torch.float64)
-        got = out.to(torch.float64, copy=False).to(exact.device)
+        got = out.to(torch.float64)
         nearest = exact.to(dtype).to(torch.float64)
         size = exact.abs()
         ulp = compare.spacing(size, dtype)

@@ -58,7 +58,7 @@ def combine(comparisons: Iterable[dict[str, Any]]) -> dict[str, Any] | None:
         return None
 
     def gmean(key: str) -> float:
-        return math.exp(sum(math.log(float(c[key])) for c in items) / len(items))
+        return _gmean([float(c[key]) for c in items])
 
     return {
         "metric": "time ratio candidate/baseline (lower is better)",
@@ -98,9 +98,12 @@ def host_drift(comparisons: Iterable[dict[str, Any]], best: dict[str, Any] | Non
             continue
         if math.isfinite(now_ms) and math.isfinite(then_ms) and now_ms > 0 and then_ms > 0:
             factors.append(max(now_ms / then_ms, then_ms / now_ms))
-    if not factors:
-        return 1.0
-    return math.exp(sum(math.log(f) for f in factors) / len(factors))
+    return _gmean(factors) if factors else 1.0
+
+
+def _gmean(values: list[float]) -> float:
+    """The geometric mean of positive values (how ratios combine)."""
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def _pair_key(comparison: dict[str, Any]) -> str:
@@ -125,8 +128,8 @@ def beats_best(objective: dict[str, Any], best: dict[str, Any] | None, *, min_im
     measured in another run and is known only within its confidence interval, so the candidate's upper bound
     must beat the best's lower bound (by ``min_improvement``). Against the best's point ratio, a best that
     read high by chance (a loaded host: 1.095 where the same code reads 1.02 to 1.07) lets no-ops through.
-    Where the host ran ``host_drift`` times faster or slower than in the best's run (``host_drift``), the gain
-    must exceed that factor too: it is as large as the change in load can move the ratio.
+    Where the host ran ``host_drift`` times faster or slower than in the best's run, the gain must exceed that
+    factor too: it is as far as the change in load can move the ratio.
     """
     if best is None:
         return True, "first result on this lane and arch"
