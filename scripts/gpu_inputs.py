@@ -11,8 +11,8 @@ opened for reading, whose code ran, which trees were copied and which modules or
 - where the interpreter could not trace code (no ``sys.monitoring`` before Python 3.12), a unit also gets
   everything its process read before it ended: a module imported by an earlier unit is not read again;
 - the static part (:class:`ImportGraph`): every module a read file imports, at module level or inside a
-  function, or names as a string (``importlib.import_module("kernels")``), with the module-level imports of
-  those, transitively. A module imported earlier in the process is not read again when a later unit uses it:
+  function, or names as a string (a dotted name anywhere; a single identifier only in a file that imports by
+  name, ``importlib.import_module("kernels")``), with the module-level imports of those, transitively. A module imported earlier in the process is not read again when a later unit uses it:
   this closure covers what the unit can reach through what it read. Lazy-export tables (``{"name":
   "pkg.module"}``) are followed only for the names a file imports, so a run that never asks for
   ``pytest_ditgate.check_kernel`` is not keyed on ``correctness/checks.py``.
@@ -41,6 +41,9 @@ PYC = re.compile(r"^(?P<name>[^.]+)\.[^/]*\.pyc$")
 DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
 C_SUFFIXES = (".cu", ".cuh", ".h", ".hpp", ".cpp", ".cc", ".c")
+#: calls that import a module named by a string: a file making one may name a module as a bare identifier
+#: (``import_module("kernels")``); elsewhere such a string is a word ("torch", "kernels", "auto"), not an import
+IMPORTS_BY_NAME = {"import_module", "__import__", "find_spec", "importorskip"}
 
 
 def ignored(rel: str) -> bool:
@@ -247,7 +250,8 @@ class Scope:
     """What one scope of a module (the module itself, or a function) imports or names."""
 
     imports: set[str] = field(default_factory=set)  # module names
-    strings: set[str] = field(default_factory=set)  # dotted or bare names given as strings
+    strings: set[str] = field(default_factory=set)  # dotted names given as strings
+    bare: set[str] = field(default_factory=set)  # single identifiers given as strings ("kernels", "auto")
     names: set[tuple[str, str]] = field(default_factory=set)  # (module, name) of ``from module import name``
 
 
@@ -261,6 +265,9 @@ class FileImports:
     functions: dict[int, Scope] = field(default_factory=dict)
     tables: dict[str, set[str]] = field(default_factory=dict)  # lazy-export tables: name -> modules
     includes: set[str] = field(default_factory=set)  # C/C++ ``#include "..."``
+    #: the file imports by name somewhere (``importlib.import_module``, ``__import__``, ``find_spec``,
+    #: ``importorskip``, ``pytest_plugins``): only then is a single identifier in a string a module's name
+    imports_by_name: bool = False
 
     def scopes(self, lines: set[int] | None) -> list[Scope]:
         """The module scope and the functions that ran (all of them when ``lines`` is None: not traced)."""
@@ -273,6 +280,11 @@ def _type_checking(node: ast.If) -> bool:
     test = node.test
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or \
         (isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _call_name(func: ast.AST) -> str:
+    """The called name of ``f(...)`` or ``a.b.f(...)``."""
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
 
 
 def parse_python(source: str, package: str) -> FileImports:
@@ -319,8 +331,16 @@ def parse_python(source: str, package: str) -> FileImports:
                     scope.imports.add(f"{module}.{alias.name}" if module else alias.name)
                     scope.names.add((module, alias.name))
         elif isinstance(child, ast.Constant) and isinstance(child.value, str) and id(child) not in table_values:
-            if DOTTED.match(child.value) or child.value.isidentifier():
+            if DOTTED.match(child.value):
                 scope.strings.add(child.value)
+            elif child.value.isidentifier():
+                scope.bare.add(child.value)
+        elif isinstance(child, ast.Call) and _call_name(child.func) in IMPORTS_BY_NAME:
+            found.imports_by_name = True
+        elif isinstance(child, (ast.Assign, ast.AnnAssign)) and any(
+                isinstance(t, ast.Name) and t.id == "pytest_plugins"
+                for t in (child.targets if isinstance(child, ast.Assign) else [child.target])):
+            found.imports_by_name = True
         if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
             decorators = getattr(child, "decorator_list", [])
             for decorator in decorators:  # evaluated where the function is defined
@@ -407,7 +427,7 @@ class ImportGraph:
         near = path.parent
         out: set[Path] = set()
         for scope in found.scopes(lines):
-            for name in scope.imports | scope.strings:
+            for name in scope.imports | scope.strings | (scope.bare if found.imports_by_name else set()):
                 out.update(self._modules(name, near))
             for module, name in scope.names:
                 package = self.module_file(module, near)

@@ -77,6 +77,12 @@ def resolve_ops(mode: str, device_type: str, compiled: bool) -> AdalnOps:
         return torch_ops(f"kernels need CUDA tensors, model is on {device_type}")
     if compiled:
         return torch_ops("compiled blocks: inductor fuses these ops itself")
+    return package_ops()
+
+
+def package_ops() -> AdalnOps:
+    """The ``kernels`` package's ops, or PyTorch's with the reason it is unusable. Its own function, so that a
+    run that never asks for the kernels never executes their import (the GPU check keys a run on what ran)."""
     try:
         package = importlib.import_module("kernels")
     except Exception as exc:  # noqa: BLE001 - any import failure means the fallback, with its reason

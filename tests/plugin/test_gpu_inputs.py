@@ -216,6 +216,33 @@ def test_the_import_graph_follows_lazy_tables_only_for_the_names_asked_for(tmp_p
     assert graph.inputs({"lazypkg/expensive.py"}) >= {"lazypkg/deep.py", "lazypkg/__init__.py"}
 
 
+def test_a_word_in_a_string_is_a_module_only_where_the_file_imports_by_name(tmp_path: Path, gpu_inputs) -> None:
+    """``MODES = ("torch", "kernels")`` names a setting, not an import: a run of that file is not keyed on the
+    ``kernels`` package. A function that imports by name (``importlib.import_module("kernels")``) reaches it
+    when that function ran, and so does a module constant the file's import call may be given."""
+    files = {
+        "kernels/__init__.py": "from kernels import ops\n",
+        "kernels/ops.py": "",
+        "options.py": 'MODES = ("torch", "kernels", "auto")\n',
+        "pick.py": ('import importlib\n'
+                    'def resolve(mode):\n    return mode == "torch"\n\n'
+                    'def package():\n    return importlib.import_module("kernels")\n'),
+        "named.py": 'import importlib\nNAME = "kernels"\ndef load():\n    return importlib.import_module(NAME)\n',
+        "conftest.py": 'pytest_plugins = ["kernels"]\n',
+    }
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    graph = gpu_inputs.ImportGraph(tmp_path)
+    kernels = {"kernels/__init__.py", "kernels/ops.py"}
+    assert graph.inputs({"options.py"}) == {"options.py"}
+    assert not graph.inputs({"pick.py"}, ran={"pick.py": {2}}) & kernels  # only resolve() ran
+    assert graph.inputs({"pick.py"}, ran={"pick.py": {2, 5}}) >= kernels
+    assert graph.inputs({"pick.py"}) >= kernels  # untraced: every function counts
+    assert graph.inputs({"named.py"}, ran={"named.py": set()}) >= kernels
+    assert graph.inputs({"conftest.py"}) >= kernels
+
+
 def test_a_python_child_started_without_the_recorder_makes_the_unit_unrecorded(tmp_path: Path, gpu_inputs,
                                                                               monkeypatch) -> None:
     """A derived-input miss: a test starts a Python process whose environment drops the recorder (or runs it
