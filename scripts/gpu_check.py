@@ -77,7 +77,7 @@ MACHINE_START_S = 80
 DEFAULT_UNIT_S = 15.0
 DEFAULT_OVERHEAD_S = {"plugin": 30.0, "suites": 45.0, "corpus": 20.0}
 DEFAULT_WHOLE_S = {"fidelity": 120.0, "kernels": 80.0, "dit": 110.0, "memory": 90.0, "switches": 120.0,
-                   "probe_cost": 150.0, "loop": 260.0, "attacks": 600.0, "empty": 800.0,
+                   "probe_cost": 150.0, "loop": 350.0, "attacks": 600.0, "empty": 800.0,
                    "classes": 700.0}
 
 

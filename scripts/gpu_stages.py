@@ -20,6 +20,7 @@ import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any, Callable
 
+import agent_loop_check
 import gpu_lanes
 from gpu_record import Stage
 
@@ -470,6 +471,12 @@ def empty_across_shards(results: dict[str, dict[str, Any]]) -> list[str]:
 ATTACK_SHARDS = (("1-5", ("--pick", "1-5")), ("6-9", ("--pick", "6-9")))
 
 
+#: the loop stage, a shard per part of the loop (agent_loop_check.PARTS), each after a baseline of its own: the
+#: verdicts never ask for the adaLN kernels, so a change to kernels/ re-runs only the honest candidate's part;
+#: the judge's cost is judged over both parts' runs
+LOOP_SHARDS = tuple((part, ("--part", part)) for part in agent_loop_check.PARTS)
+
+
 #: the classes stage, a shard per lane: the DiT lane's eight candidates and the kernel lane's three, each lane
 #: with its own baseline, together longer than a device call
 CLASSES_SHARDS = (("dit", ("--lane", "dit")), ("kernels", ("--lane", "kernels")))
@@ -505,7 +512,9 @@ STAGES = [
     Stage("probe_cost", "whole", ("benchmarks/precision_probe_cost.py",),
           "benchmarks/precision_probe_cost.py " + " ".join(BENCH_ARGS["probe_cost"]), 300,
           _source(probe_cost_targets, _target), per_device=True),
-    Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480, _source(stage_script)),
+    Stage("loop", "whole", ("scripts/agent_loop_check.py",), "scripts/agent_loop_check.py", 480,
+          _source(stage_script, agent_loop_check.cost_across, agent_loop_check.cost_ratio), shards=LOOP_SHARDS,
+          across_shards=agent_loop_check.cost_across),
     Stage("attacks", "whole", ("scripts/agent_loop_attacks.py",), "scripts/agent_loop_attacks.py", 480,
           _source(stage_script), shards=ATTACK_SHARDS),
     Stage("empty", "whole", ("scripts/agent_loop_empty.py",), "scripts/agent_loop_empty.py", 520,
