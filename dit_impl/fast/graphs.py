@@ -57,6 +57,8 @@ class GraphedDiT:
     def _capture(self, x: "torch.Tensor", t: "torch.Tensor", y: "torch.Tensor") -> _Bucket:
         import torch
 
+        from pytest_ditgate.bench.graphs import generator_kept
+
         start = time.perf_counter()
         sx, st, sy = x.clone(), t.clone(), y.clone()
         stream = torch.cuda.Stream(device=x.device)
@@ -69,8 +71,13 @@ class GraphedDiT:
         if self.pool is None:
             self.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
-        with torch.inference_mode(), torch.cuda.graph(graph, pool=self.pool):
-            out = self.model(sx, timestep=st, class_labels=sy).sample
+        try:
+            with generator_kept(), torch.inference_mode(), torch.cuda.graph(graph, pool=self.pool):
+                out = self.model(sx, timestep=st, class_labels=sy).sample
+        except Exception as exc:  # the model waited for the host, or ran out of memory: say which bucket
+            raise RuntimeError(f"CUDA graph capture of the fast DiT failed for input {tuple(x.shape)} {x.dtype}: "
+                               f"{type(exc).__name__}: {str(exc).splitlines()[0][:200] if str(exc) else ''}; the "
+                               "device's random generator is restored (cuda_graphs=False runs it eagerly)") from exc
         torch.cuda.synchronize(x.device)
         return _Bucket(graph, sx, st, sy, out, time.perf_counter() - start)
 

@@ -171,3 +171,26 @@ def test_graph_buckets_capture_once_per_shape_and_follow_new_inputs(xl_blocks) -
     assert rel_l2(out, expected) < max(2 * baseline_error, 2e-3)
     assert rel_l2(half, expected[:4]) < max(2 * baseline_error, 2e-3)
     assert rel_l2(other, expected.flip(0)) < max(2 * baseline_error, 2e-3)  # static buffers were refilled
+
+
+@pytest.mark.requires_gpu(cc=">=8.0", bf16=True)
+def test_a_failed_graph_capture_names_its_bucket_and_leaves_random_draws_working(xl_blocks, monkeypatch) -> None:
+    """A model that waits for the host cannot be captured: the error names the input's shape, and the device's
+    random generator is not left marked as capturing (every later ``torch.randn`` on it would fail)."""
+    ref, (x, t, y), _, _ = xl_blocks
+    model = fast_transformer(ref, FastOptions(cuda_graphs=True))
+    inner = model.model
+    forward = type(inner).__call__
+
+    def waits_for_the_host(self, *args, **kwargs):
+        out = forward(self, *args, **kwargs)
+        if torch.cuda.is_current_stream_capturing():
+            out.sample.sum().item()  # a synchronisation, which a capture refuses
+        return out
+
+    monkeypatch.setattr(type(inner), "__call__", waits_for_the_host)
+    with pytest.raises(RuntimeError, match=r"CUDA graph capture of the fast DiT failed for input \(8, 4, 32, 32\)"):
+        with torch.inference_mode():
+            model(x.bfloat16(), timestep=t, class_labels=y)
+    assert torch.randn(8, device="cuda").isfinite().all()
+    assert torch.nn.functional.dropout(torch.ones(8, device="cuda"), 0.5).numel() == 8

@@ -16,7 +16,8 @@ probes kept in git history; benchmarks/timer_fidelity.py):
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from contextlib import contextmanager
+from typing import Any, Iterator, Sequence
 
 from pytest_ditgate.bench.timers import Call, HostOnlyError, Sampled, Sampling, TimingError, device_spans, profiled
 
@@ -64,6 +65,19 @@ def _restore_generator(saved: Any) -> None:
     generator.graphsafe_set_state(state)
 
 
+@contextmanager
+def generator_kept() -> Iterator[None]:
+    """Around a CUDA graph capture (outside ``torch.cuda.graph``, so that the capture has ended): where it
+    fails, the device's default generator goes back to its state from before, so that one failed capture does
+    not break every later random draw of the process. Public for any capture, such as a model's own graphs."""
+    saved = _generator_state()
+    try:
+        yield
+    except BaseException:
+        _restore_generator(saved)
+        raise
+
+
 class CapturedGraph:
     """``count`` calls captured in one CUDA graph; calls cycle through ``variants`` (rotated input copies).
 
@@ -86,13 +100,11 @@ class CapturedGraph:
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         self.graph = torch.cuda.CUDAGraph()
-        saved = _generator_state()
         try:
-            with torch.cuda.graph(self.graph, pool=pool):
+            with generator_kept(), torch.cuda.graph(self.graph, pool=pool):
                 for i in range(count):
                     variants[i % len(variants)]()
         except Exception as exc:
-            _restore_generator(saved)
             if _synchronises(exc):
                 raise CaptureRefused(f"the call synchronises with the host, which a CUDA graph cannot capture "
                                      f"({type(exc).__name__}: {str(exc).splitlines()[0][:160]})") from exc
