@@ -47,11 +47,13 @@ def test_the_diagnosis_counts_busy_time_and_the_functions_own_host_syncs() -> No
     candidate = _call(0, 1000, 800, [(10, 110), (600, 700)], [(120, 590), (810, 990)])
     reference = _call(2000, 3000, 2400, [(2010, 2210), (2210, 2310)], [(2410, 2990)])
     found = summarize_calls(candidate + reference, [0, 1], 2)
-    assert found[0] == {"busy_median_ms": 200 / 1e6, "host_syncs": 1, "sync_calls": ["cudaStreamSynchronize"]}
-    assert found[1] == {"busy_median_ms": 300 / 1e6, "host_syncs": 0, "sync_calls": []}
-    # a trace without runtime activity cannot count synchronisations: unknown, not zero
+    assert found[0] == {"busy_median_ms": 200 / 1e6, "host_syncs": 1, "sync_calls": ["cudaStreamSynchronize"],
+                        "launches": 2}
+    assert found[1] == {"busy_median_ms": 300 / 1e6, "host_syncs": 0, "sync_calls": [], "launches": 2}
+    # a trace without runtime activity cannot count synchronisations or launches: unknown, not zero
     blind = summarize_calls(_call(0, 1000, 800, [(10, 110)], [], launches=False), [0], 1)
     assert blind[0]["host_syncs"] is None and blind[0]["busy_median_ms"] == 100 / 1e6
+    assert blind[0]["launches"] is None
     with pytest.raises(TimingError, match="found 1 call ranges in the trace for 2 calls"):
         summarize_calls(candidate, [0, 1], 2)
 
@@ -184,3 +186,83 @@ def test_a_call_with_no_device_work_says_it_runs_on_the_host() -> None:
     assert idle_line({"busy_median_ms": 0.0, "idle_fraction": 1.0, "host_syncs": 0}) == \
         "no device work (it runs on the host)"
     assert idle_line({"busy_median_ms": 1.66, "idle_fraction": 0.23, "host_syncs": 2}) == "23% idle, host syncs: 2"
+
+
+class _OnCuda:
+    """Stands in for a CUDA tensor (this machine may have none)."""
+
+    is_cuda = True
+    device = "cuda:0"
+
+
+def test_a_cuda_tensor_is_found_wherever_a_call_keeps_it() -> None:
+    """In its arguments, nested containers, an output object's attributes, a closure, a partial, a bound method's
+    module: a call that holds a CUDA tensor is a device call without tracing it."""
+    import functools
+
+    from pytest_ditgate.bench.timers import holds_cuda_tensor
+
+    gpu = _OnCuda()
+
+    class Output:
+        def __init__(self, sample):
+            self.sample = sample
+
+    class Module:
+        def __init__(self, weight):
+            self.weight = weight
+
+        def parameters(self):
+            return iter([self.weight])
+
+        def buffers(self):
+            return iter([])
+
+        def forward(self, x):
+            return x
+
+    def closure():
+        return gpu
+
+    assert all(holds_cuda_tensor(v) for v in (gpu, (1, [gpu]), {"out": gpu}, Output(gpu), closure,
+                                               functools.partial(print, gpu), Module(gpu), Module(gpu).forward))
+    host = type("Host", (), {"is_cuda": False, "device": "cpu"})()
+    assert not any(holds_cuda_tensor(v) for v in (host, (host, [host]), Output(host), sum, "cuda", None, 3.0,
+                                                   Module(host).forward))
+
+
+def test_a_traced_run_without_device_work_is_the_hosts() -> None:
+    from pytest_ditgate.bench.timers import runs_on_host
+
+    assert runs_on_host([{"busy_median_ms": 0.0, "launches": 0}, {"busy_median_ms": 0.0, "launches": None}])
+    assert not runs_on_host([{"busy_median_ms": 0.0, "launches": 0}, {"busy_median_ms": 0.2, "launches": 3}])
+    assert not runs_on_host([{"busy_median_ms": 0.0, "launches": 1}])  # a launch whose kernel the trace missed
+    assert not runs_on_host([])
+
+
+def test_on_a_gpu_host_a_call_without_device_work_is_timed_by_the_host_clock(monkeypatch) -> None:
+    """A CPU function on a machine with a GPU: no CUDA tensor in its arguments or output, and a traced run shows
+    no device work, so ``auto`` takes ``wall`` (a judged lane then holds its gains to the host's noise floor);
+    one whose trace shows kernels is left to the device mechanisms."""
+    from pytest_ditgate import measure
+    from pytest_ditgate.bench import runner, timers
+
+    traced: list[int] = []
+
+    def trace(calls):
+        traced.append(len(calls))
+        return [{"busy_median_ms": 0.0, "host_syncs": 0, "sync_calls": [], "launches": 0} for _ in calls]
+
+    monkeypatch.setattr(timers, "cuda_in_use", lambda: True)
+    monkeypatch.setattr(timers, "synchronize", lambda: None)
+    monkeypatch.setattr(timers, "trace_calls", trace)
+    m = measure(sum, range(1000))
+    assert m.mechanism == "wall" and m.arch == "cpu" and traced == [1], m.mechanism_notes
+    assert m.mechanism_notes["latency"] == "not used: the call launches no device work"
+    # a trace with kernels: the device mechanisms are tried (not run here: this machine may have no GPU)
+    monkeypatch.setattr(timers, "trace_calls", lambda calls: [{"busy_median_ms": 0.4, "launches": 2}])
+    assert runner._trace_for_auto([timers.Call(sum, (range(10),))]) == ([{"busy_median_ms": 0.4, "launches": 2}],
+                                                                         False)
+    # a call that holds a CUDA tensor is a device call: no trace before timing it
+    assert runner._warm_up([timers.Call(lambda x: x, (_OnCuda(),))], 1)[2] is True
+    assert runner._warm_up([timers.Call(sum, (range(10),))], 1)[2] is False

@@ -81,11 +81,13 @@ class Options:
         raise TimingError(f"{mechanism} measures the {natural} regime only, {self.regime} was asked for")
 
 
-def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float]]:
-    """Run each call ``warmup`` times (default: about WARMUP_MS); returns the count and a host-clock estimate
-    of each call's time (an upper bound: it includes launch and sync latency)."""
+def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float], bool]:
+    """Run each call ``warmup`` times (default: about WARMUP_MS); returns the count, a host-clock estimate of
+    each call's time (an upper bound: it includes launch and sync latency) and whether a call's arguments or
+    output hold a CUDA tensor."""
     estimates = []
     count = 0
+    on_device = False
     for call in calls:
         done, elapsed, best = 0, 0.0, math.inf
         while True:
@@ -93,21 +95,26 @@ def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float
                 break
             if warmup is None and done >= MIN_WARMUP and (elapsed >= WARMUP_MS or done >= MAX_WARMUP):
                 break
-            took = _host_ms(call)
+            took, output = _host_ms(call)
+            on_device = on_device or (done == 0 and timers.holds_cuda_tensor((call.fn, call.args, call.kwargs,
+                                                                             output)))
             elapsed += took
             best = min(best, took)
             done += 1
-        estimates.append(best if done else _host_ms(call))  # warmup=0: still one estimate
+        if not done:  # warmup=0: still one estimate
+            took, output = _host_ms(call)
+            on_device = on_device or timers.holds_cuda_tensor((call.fn, call.args, call.kwargs, output))
+        estimates.append(best if done else took)
         count = done
-    return count, estimates
+    return count, estimates, on_device
 
 
-def _host_ms(call: Call) -> float:
-    """Host-clock milliseconds of one call, device synchronised."""
+def _host_ms(call: Call) -> tuple[float, Any]:
+    """Host-clock milliseconds of one call, device synchronised, and its output."""
     start = time.perf_counter()
-    call()
+    output = call()
     timers.synchronize()
-    return (time.perf_counter() - start) * 1e3
+    return (time.perf_counter() - start) * 1e3, output
 
 
 def _rep_count(options: Options, per_sample_ms: float, low: int, high: int) -> int:
@@ -138,7 +145,7 @@ class _Run:
 
 
 def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, estimates: Sequence[float],
-                   device: Any) -> _Run:
+                   device: Any, traced: list[dict[str, Any]] | None = None) -> _Run:
     record = BY_NAME[mechanism]
     regime = options.regime_for(mechanism)
     flush = None
@@ -154,7 +161,7 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
                                                                   if flush is not None else "")
     run = _Run(mechanism, regime, found.samples, found.calls_per_sample, note, found.extras)
     if record.device and record.counts == LATENCY:
-        run.note += _diagnose(calls, run)
+        run.note += _diagnose(calls, run, traced)
     idle = max((e.get("idle_fraction") or 0.0 for e in run.extras), default=0.0)
     if mechanism == "cupti" and idle > 0.10:
         run.note += (f"; launch-bound: the device sat idle {idle:.0%} of the call's span waiting for the host "
@@ -162,12 +169,13 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
     return run
 
 
-def _diagnose(calls: Sequence[Call], run: _Run) -> str:
+def _diagnose(calls: Sequence[Call], run: _Run, traced: list[dict[str, Any]] | None = None) -> str:
     """Beside a device latency: each call's busy time, the fraction of its latency the device sat idle, and
-    the host synchronisations its function made, from one traced run of each call (``extra``); a note when
-    the device sat idle more than a few percent of a call's latency, or the call synchronised."""
+    the host synchronisations its function made, from one traced run of each call (``extra``; ``traced``: the
+    one made before choosing the mechanism); a note when the device sat idle more than a few percent of a
+    call's latency, or the call synchronised."""
     try:
-        found = timers.trace_calls(calls)
+        found = traced if traced is not None else timers.trace_calls(calls)
     except TimingError as exc:
         for extra in run.extras:
             extra["busy"] = f"not traced: {exc}"
@@ -220,28 +228,31 @@ def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dic
 
     refuse_tampered_timers()
     on_gpu = timers.cuda_in_use()
-    device = real_device() if on_gpu else _host_device()
     if options.l2 == "cold" and not on_gpu:
         raise DitgateUsageError("l2='cold' needs a CUDA device; this call runs on the host")
-    warmup, estimates = _warm_up(calls, options.warmup)
+    warmup, estimates, holds_cuda = _warm_up(calls, options.warmup)
     notes: dict[str, str] = {}
     wanted = list(AUTO_ORDER if options.mechanism == "auto" else (options.mechanism,))
+    traced, host_only = None, False
+    if on_gpu and not holds_cuda and options.mechanism == "auto" and options.l2 != "cold":
+        traced, host_only = _trace_for_auto(calls)
+    on_gpu = on_gpu and not host_only  # a call that does no device work is the host's: timed on its clock
+    device = real_device() if on_gpu else _host_device()
     clocks_start = nvml.snapshot(device.index, device.uuid) if on_gpu else None
     run = None
-    host_only = False
     for mechanism in wanted:
         if run is not None:
             notes[mechanism] = f"not used: {run.mechanism} worked and comes first"
             continue
-        if BY_NAME[mechanism].device and not on_gpu:
-            notes[mechanism] = "not available: no CUDA device in use (torch with CUDA not imported or no GPU)"
-            continue
         if BY_NAME[mechanism].device and host_only:
             notes[mechanism] = "not used: the call launches no device work"
             continue
+        if BY_NAME[mechanism].device and not on_gpu:
+            notes[mechanism] = "not available: no CUDA device in use (torch with CUDA not imported or no GPU)"
+            continue
         try:
             with timing_lock(on_gpu):
-                run = _run_mechanism(mechanism, calls, options, estimates, device)
+                run = _run_mechanism(mechanism, calls, options, estimates, device, traced)
         except HostOnlyError as exc:
             host_only = True
             notes[mechanism] = f"failed: {exc}"
@@ -260,6 +271,18 @@ def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dic
         raise DitgateUsageError(f"no timing mechanism could measure this call ({detail})")
     clocks_end = nvml.snapshot(device.index, device.uuid) if on_gpu else None
     return run, notes, warmup, device, [clocks_start, clocks_end]
+
+
+def _trace_for_auto(calls: Sequence[Call]) -> tuple[list[dict[str, Any]] | None, bool]:
+    """For calls that hold no CUDA tensor in their arguments or outputs, on a machine with a GPU: one traced
+    run of each before ``auto`` chooses (the latency's diagnosis reuses it), to tell whether every call runs
+    on the host alone (a CPU function is then timed by the host clock, as on a machine without a GPU). A trace
+    that cannot be made decides nothing: the device mechanisms are tried."""
+    try:
+        traced = timers.trace_calls(calls)
+    except TimingError:
+        return None, False
+    return traced, timers.runs_on_host(traced)
 
 
 def timing_lock(on_gpu: bool) -> Any:

@@ -111,6 +111,46 @@ def cuda_in_use() -> bool:
         return False
 
 
+def holds_cuda_tensor(value: Any, depth: int = 0) -> bool:
+    """True when ``value`` is or holds a CUDA tensor: in a list, tuple, set, dict or an object's attributes (a
+    model output), or a module's parameters or buffers; a few levels deep, the first entries of each."""
+    if depth > 4:
+        return False
+    is_cuda = getattr(value, "is_cuda", None)
+    if isinstance(is_cuda, bool) and hasattr(value, "device"):
+        return is_cuda
+    if isinstance(value, (str, bytes, int, float, bool, type(None))):
+        return False
+    if isinstance(value, dict):
+        return any(holds_cuda_tensor(v, depth + 1) for v in list(value.values())[:32])
+    if isinstance(value, (list, tuple, set, frozenset)):
+        return any(holds_cuda_tensor(v, depth + 1) for v in list(value)[:32])
+    parameters, buffers = getattr(value, "parameters", None), getattr(value, "buffers", None)
+    if callable(parameters) and callable(buffers):  # an nn.Module: where its weights live
+        try:
+            return any(holds_cuda_tensor(t, depth + 1) for t in [*parameters(), *buffers()][:8])
+        except Exception:  # noqa: BLE001 - not a module after all
+            return False
+    owner = getattr(value, "__self__", None)  # a bound method: its object
+    if owner is not None and not isinstance(owner, type):
+        return holds_cuda_tensor(owner, depth + 1)
+    cells = getattr(value, "__closure__", None)  # a closure: what it captured
+    if isinstance(cells, tuple):
+        captured = []
+        for cell in cells[:32]:
+            try:
+                captured.append(cell.cell_contents)
+            except ValueError:  # an empty cell
+                continue
+        return holds_cuda_tensor(captured, depth + 1)
+    if callable(getattr(value, "func", None)) and isinstance(getattr(value, "args", None), tuple):  # a partial
+        return holds_cuda_tensor((value.func, value.args, getattr(value, "keywords", None) or {}), depth + 1)
+    attributes = getattr(value, "__dict__", None)
+    if isinstance(attributes, dict) and not callable(value):
+        return any(holds_cuda_tensor(v, depth + 1) for v in list(attributes.values())[:32])
+    return False
+
+
 def synchronize() -> None:
     """Wait for every stream of the current device (a no-op without CUDA)."""
     if cuda_in_use():
@@ -412,13 +452,16 @@ def summarize_calls(found: Sequence[Activity], order: Sequence[int], n_calls: in
     groups = assign_spans(outer, spans)
     runtime = [a for a in found if not a.on_device and not a.annotation and a.name in SYNC_CALLS | LAUNCH_CALLS]
     syncs = [a for a in runtime if a.name in SYNC_CALLS]
+    launched = [a for a in runtime if a.name in LAUNCH_CALLS]
     busy: list[list[float]] = [[] for _ in range(n_calls)]
     counts: list[list[int]] = [[] for _ in range(n_calls)]
+    launches: list[list[int]] = [[] for _ in range(n_calls)]
     names: list[set[str]] = [set() for _ in range(n_calls)]
     for index, group, (start, end) in zip(order, groups, inner):
         busy[index].append(busy_ns(group) / 1e6 if group else 0.0)
         mine = [a for a in syncs if start <= a.start and a.end <= end]
         counts[index].append(len(mine))
+        launches[index].append(sum(start <= a.start and a.end <= end for a in launched))
         names[index].update(a.name for a in mine)
     out = []
     for index in range(n_calls):
@@ -428,8 +471,16 @@ def summarize_calls(found: Sequence[Activity], order: Sequence[int], n_calls: in
             entry["sync_calls"] = sorted(names[index])
         else:
             entry["host_syncs"] = None
+        entry["launches"] = max(launches[index], default=0) if runtime else None
         out.append(entry)
     return out
+
+
+def runs_on_host(traced: Sequence[dict[str, Any]]) -> bool:
+    """True when a traced run (:func:`trace_calls`) shows that no call did device work: no device activity and,
+    where the trace holds the runtime's calls, no launch, copy or memset. Such a call's time is the host's."""
+    return bool(traced) and all(entry.get("busy_median_ms") == 0 and entry.get("launches") in (0, None)
+                                for entry in traced)
 
 
 def trace_calls(calls: Sequence[Call], per_call: int = 3) -> list[dict[str, Any]]:
