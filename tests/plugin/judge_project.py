@@ -212,7 +212,7 @@ def build(impl):
 
 def make_inputs(generator):
     import torch
-    return (torch.randn(64, 256, generator=generator),)
+    return (torch.randn(256, 256, generator=generator),)
 
 
 REGIONS = [TimedRegion("forward", build, make_inputs, device="cpu", rounds=16, max_rounds=32, audits=3,
