@@ -200,11 +200,13 @@ def _tf32(t):
 
 
 def test_a_float32_move_is_invisible_at_tf32_fp16_bf16_and_fp8_and_about_1850_ulps() -> None:
-    x = torch.randn(100_000) * torch.logspace(-20, 20, 100_000)
+    x = torch.randn(100_000, generator=torch.Generator().manual_seed(0)) * torch.logspace(-20, 20, 100_000)
     moved = perturb.within_cells(x, 10)
     assert torch.equal(_tf32(moved), _tf32(x)) and torch.equal(moved.half(), x.half())
     assert torch.equal(moved.bfloat16(), x.bfloat16())
-    assert torch.equal(moved.to(torch.float8_e4m3fn).float(), x.to(torch.float8_e4m3fn).float())
+    # past fp8's range a cast is NaN or saturates, as the torch version has it: the same either way
+    fp8, fp8_x = moved.to(torch.float8_e4m3fn).float(), x.to(torch.float8_e4m3fn).float()
+    assert torch.equal(fp8.isnan(), fp8_x.isnan()) and torch.equal(fp8[~fp8.isnan()], fp8_x[~fp8_x.isnan()])
     ulps = (moved.view(torch.int32).long() - x.view(torch.int32).long()).abs().float().mean()
     assert 1750 < float(ulps) < 1950 and float((moved != x).float().mean()) > 0.99
 

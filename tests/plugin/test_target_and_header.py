@@ -12,8 +12,21 @@ from pytest_ditgate.device import real_device
 SUITE = "import pytest\n@pytest.mark.requires_gpu\ndef test_gpu():\n    pass\ndef test_plain():\n    pass\n"
 
 
-@pytest.mark.parametrize("profile, target", [("h200", "a5500"), ("a5500", "sm_90"), ("cpu", "a5500"), ("rtx4090", "a5500")])
-def test_target_mismatch_fails_the_session(pytester: pytest.Pytester, use_profile, profile: str, target: str) -> None:
+def not_this_machine(*targets: str) -> str:
+    """The first of ``targets`` that this machine's real device is not (the A5500 runner is an a5500, the GPU
+    check's machine an sm_90)."""
+    from pytest_ditgate.target import evaluate_target
+
+    return next(t for t in targets if evaluate_target(t, real_device()) is not None)
+
+
+@pytest.mark.parametrize("profile, targets", [("h200", ("a5500", "h200")), ("a5500", ("sm_90", "sm_80")),
+                                              ("cpu", ("a5500", "h200")), ("rtx4090", ("a5500", "h200"))])
+def test_target_mismatch_fails_the_session(pytester: pytest.Pytester, use_profile, profile: str,
+                                           targets: tuple[str, ...]) -> None:
+    """A target is checked against the machine's real device, whatever profile decides the skips: a target
+    the machine is not fails the session."""
+    target = not_this_machine(*targets)
     use_profile(profile)
     pytester.makepyfile(SUITE)
     result = pytester.runpytest("--ditgate", f"--ditgate-target={target}")
