@@ -68,6 +68,9 @@ def test_an_honest_speedup_keeps_and_the_speed_came_from_the_judges_rounds(timed
     assert names == ["forward (timed by the judge): candidate / baseline"]
     timing = verdict["child"]["judge_timing"]
     assert timing["regions"]["forward"]["audited_rounds"] and timing["noise_floor"].startswith("15%")
+    region = timing["regions"]["forward"]
+    assert set(region["warm_ms"]) == {"candidate", "best", "baseline"} and region["round_trip_ms"] >= 0
+    assert "note" not in region, region  # the work outweighs the round trip: nothing to say
     assert "the judge timed the lane" in out
     # the child left its own timing tests out: the judge's rounds stand for them
     assert "2 deselected" in out

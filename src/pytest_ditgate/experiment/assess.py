@@ -113,6 +113,9 @@ class Assessor:
         print(f"ditgate: the judge timed the lane in {record['seconds']:.1f} s: "
               + "; ".join(f"{c['name']} = {c['ratio']:.4f} (CI {c['ci_low']:.4f}..{c['ci_high']:.4f}, "
                           f"{c['rounds']} rounds)" for c in comparisons), flush=True)
+        for name, region in (record.get("regions") or {}).items():
+            if region.get("note"):
+                print(f"ditgate: judge timing of {name}: {region['note']}", flush=True)
         return comparisons
 
 

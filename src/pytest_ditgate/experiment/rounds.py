@@ -182,6 +182,29 @@ class RegionTiming:
     audited: list[int] = field(default_factory=list)
     #: what the audited rounds were checked against (for the verdict's detail)
     audit: str = ""
+    #: per implementation, the host ms per call of its server's untimed warm-up (its work without the protocol)
+    warm_ms: dict[str, float] = field(default_factory=dict)
+
+    def round_trip(self) -> tuple[float | None, str | None]:
+        """The judge's cost per call beyond the work (the median timed call less the warm-up's), and a note
+        where it outweighs the work of both the candidate and the best: every implementation pays it alike, so a
+        gain in the work reads less than half its size (an honest 4x cut of a call's work read 0.87 on a loaded
+        host whose round trip was several times the work)."""
+        extra, works = [], []
+        for impl in ("candidate", "best"):
+            times, work = self.samples.get(impl) or [], self.warm_ms.get(impl)
+            if not times or work is None:
+                return None, None
+            median = sorted(times)[len(times) // 2]
+            extra.append(max(0.0, median - work))
+            works.append(work)
+        trip = min(extra)
+        if trip <= max(works):
+            return trip, None
+        return trip, (f"the calls do {min(works):.3g} to {max(works):.3g} ms of work, and the judge's round trip "
+                      f"costs about {trip:.3g} ms per call on this host, which every implementation pays: a gain in "
+                      "the work reads smaller than it is; give each call more work (larger inputs) for a sharper "
+                      "ratio")
 
     def comparisons(self, arch: str) -> list[dict[str, Any]]:
         """The region's ratios, in the form the objective reads (``evidence.judge_timings``)."""
@@ -280,6 +303,7 @@ class LaneTimer:
         for label, server in (("candidate", self.servers["candidate"]), ("comparator", self.servers["best"])):
             server.cont()
             self._check_idle(label, server)  # the thread counts after the warm-up are the reference
+        result.warm_ms = dict(warm)
         result.calls = spec.calls or max(1, math.ceil(spec.round_ms / max(max(warm.values()), 1e-3)))
         result.samples = {impl: [] for impl in ("candidate", "best", "baseline")}
         rounds, done = spec.rounds, 0
@@ -526,11 +550,15 @@ def time_lane(candidate_root: Path, best_root: Path, timing: Path, env: dict[str
                           experiment_class=experiment_class, auditor=auditor)
         for name in specs:
             timing_result = timer.time_region(name)
+            trip, note = timing_result.round_trip()
             entry: dict[str, Any] = {"skipped": timing_result.skipped, "calls_per_round": timing_result.calls,
                                      "rounds": len(timing_result.samples.get("candidate", [])),
                                      "audited_rounds": timing_result.audited, "audit": timing_result.audit,
                                      "median_ms": {k: sorted(v)[len(v) // 2] for k, v in timing_result.samples.items()
-                                                   if v}}
+                                                   if v},
+                                     "warm_ms": timing_result.warm_ms, "round_trip_ms": trip}
+            if note:
+                entry["note"] = note
             record["regions"][name] = entry
             if timing_result.skipped is None:
                 comparisons += timing_result.comparisons(arch)
