@@ -185,14 +185,25 @@ def unit_seconds(state: gpu_record.UnitState) -> float:
     return whole / max(1, len(state.stage.shards))
 
 
+def longest_test(state: gpu_record.UnitState) -> float:
+    """The longest single test of a test file, where its last result recorded one; else the file's whole time
+    (a lower bound on a part's time only when the file's tests may run on several xdist workers at once)."""
+    longest = ((state.entry or {}).get("result") or {}).get("longest_s")
+    return float(longest) if isinstance(longest, (int, float)) else unit_seconds(state)
+
+
 def estimate(record: dict[str, Any], stage: gpu_record.Stage, units: list[gpu_record.UnitState]) -> float:
+    """A part's time: a whole stage's units one after the other; a test stage's fixed cost, and its tests'
+    time shared among its workers, but never less than its longest file (one worker) or, on several workers,
+    which share out single tests, its longest test."""
     if not units:
         return 0.0
     if stage.kind != "tests":
         return sum(unit_seconds(u) for u in units)
     times = [unit_seconds(u) for u in units]
     workers = min(stage.workers, len(units))
-    return overhead(record, stage, len(units)) + max(sum(times) / workers, max(times))
+    floor = max(times) if workers == 1 else max(longest_test(u) for u in units)
+    return overhead(record, stage, len(units)) + max(sum(times) / workers, floor)
 
 
 def with_legacy_times(record: dict[str, Any], states: list[gpu_record.UnitState]) -> list[gpu_record.UnitState]:

@@ -172,17 +172,19 @@ def pytest_command(xml: Path, durations: int, units: list[str], *options: str) -
 
 
 def _empty() -> dict[str, Any]:
-    return {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "seconds": 0.0, "failures": [], "skips": []}
+    return {"passed": 0, "failed": 0, "skipped": 0, "errors": 0, "seconds": 0.0, "longest_s": 0.0, "failures": [],
+            "skips": []}
 
 
 def junit_units(xml: Path) -> dict[str, dict[str, Any]]:
-    """Per test file (the JUnit ``file`` attribute, relative to the root): counts, summed test time, failures
-    (nodeid: first line) and skip reasons."""
+    """Per test file (the JUnit ``file`` attribute, relative to the root): counts, summed test time, its longest
+    test's time, failures (nodeid: first line) and skip reasons."""
     units: dict[str, dict[str, Any]] = {}
     for case in ET.parse(xml).getroot().iter("testcase"):
         path = case.get("file") or case.get("classname", "").replace(".", "/") + ".py"
         unit = units.setdefault(path, _empty())
         unit["seconds"] += float(case.get("time") or 0.0)
+        unit["longest_s"] = max(unit["longest_s"], float(case.get("time") or 0.0))
         nodeid = f"{path}::{case.get('name')}"
         outcome = "passed"
         for child in case:
@@ -230,6 +232,7 @@ def unit_results(units: list[str], codes: list[int], xmls: list[Path],
             target = merged.setdefault(path, _empty())
             for key in ("passed", "failed", "skipped", "errors", "seconds"):
                 target[key] += found[key]
+            target["longest_s"] = max(target["longest_s"], found["longest_s"])
             target["failures"] += found["failures"]
             target["skips"] += found["skips"][: max(0, 5 - len(target["skips"]))]
         if code not in (0, 1):
@@ -249,7 +252,7 @@ def unit_results(units: list[str], codes: list[int], xmls: list[Path],
         if not ran and not failures:
             failures.append("no test of it ran")
         results[unit] = {"passed": not failures and found["failed"] + found["errors"] == 0 and ran > 0,
-                         "seconds": round(found["seconds"], 1),
+                         "seconds": round(found["seconds"], 1), "longest_s": round(found["longest_s"], 1),
                          "counts": {k: found[k] for k in ("passed", "failed", "skipped", "errors")},
                          "failures": failures[:20], "skips": found["skips"]}
     return results

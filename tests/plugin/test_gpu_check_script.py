@@ -468,6 +468,31 @@ def test_a_run_stopped_at_its_limit_judges_only_the_units_whose_tests_all_ran(tm
     assert set(gpu_stages.unit_results(units, [1], [xml], collected)) == set(units)  # not stopped: all judged
 
 
+def test_a_test_stage_on_several_workers_is_planned_by_its_longest_test_not_its_longest_file(
+        tmp_path: Path, gpu_check, gpu_record, gpu_stages) -> None:
+    """xdist shares a file's tests out among the plugin stage's workers: a file of seventeen 25-s tests (425 s)
+    does not hold the stage for 425 s on twelve workers. A unit's result keeps its longest test, and the plan
+    takes that as the floor of a part on several workers; one worker runs its files' tests one after another."""
+    xml = tmp_path / "r.xml"
+    cases = "".join(f'<testcase file="tests/plugin/test_judge.py" name="test_{i}" time="25"/>' for i in range(17))
+    xml.write_text(f'<testsuites><testsuite>{cases}'
+                   '<testcase file="tests/plugin/test_quick.py" name="test_q" time="2"/></testsuite></testsuites>')
+    units = ["tests/plugin/test_judge.py", "tests/plugin/test_quick.py"]
+    results = gpu_stages.unit_results(units, [0], [xml])
+    assert results[units[0]]["seconds"] == 425 and results[units[0]]["longest_s"] == 25
+    plugin = gpu_check.BY_NAME["plugin"]
+    states = [gpu_record.UnitState(plugin, unit, "debt", seconds=results[unit]["seconds"],
+                                   entry={"result": results[unit]}) for unit in units]
+    extra = gpu_check.overhead({}, plugin, 2)
+    assert gpu_check.estimate({}, plugin, states) == pytest.approx(extra + 427 / 2)  # two workers share them
+    many = states + [gpu_record.UnitState(plugin, f"tests/plugin/test_{i}.py", "debt", seconds=1.0,
+                                          entry={"result": {"seconds": 1.0, "longest_s": 1.0}}) for i in range(20)]
+    assert gpu_check.estimate({}, plugin, many) == pytest.approx(gpu_check.overhead({}, plugin, 22) + 447 / 12)
+    # a result from before the longest test was kept: the file's whole time stays the floor
+    old = [gpu_record.UnitState(plugin, units[0], "debt", seconds=425.0, entry={"result": {"seconds": 425.0}})]
+    assert gpu_check.estimate({}, plugin, old) == pytest.approx(gpu_check.overhead({}, plugin, 1) + 425)
+
+
 def test_a_unit_left_without_a_result_stays_in_debt(stand_in) -> None:
     real = stand_in.run_tests
 
