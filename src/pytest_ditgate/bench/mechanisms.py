@@ -4,7 +4,8 @@ What decides a speed verdict is what the caller waits for: a call's **latency**,
 launch gaps included. ``auto`` takes the first latency mechanism that works (``latency`` on a GPU; ``wall`` on
 the host, and for a call that does no device work on a GPU host). The **busy** mechanisms count the device's
 busy time only (``cupti``: kernel time; ``graph``: the calls replayed in a CUDA graph, where no host gap can
-exist): explicit choices, labelled so wherever they appear. A new mechanism is a record here and its sampler in its own module.
+exist): explicit choices, labelled so wherever they appear. A new mechanism is a record here and its sampler
+in its own module.
 
 Light: option parsing imports this module; samplers are imported when a measurement runs.
 """
