@@ -277,7 +277,7 @@ class Cost:
         self.runs.append({"name": name, "judged": [], "plain": []})
 
     def ratio(self) -> float | None:
-        return cost_ratio(self.runs)
+        return cost_ratio([(r["judged"], r["plain"]) for r in self.runs])
 
     def target(self, on_gpu: bool, judged_here: bool = True) -> dict:
         """The judge's cost on the DiT lane: ``ditgate experiment`` against the same tests run plainly. With
@@ -309,10 +309,8 @@ class Cost:
         return {**record, "limit": f"<= {COST_LIMIT}", "pass": passed}
 
 
-def cost_ratio(configurations: list[dict[str, Any]]) -> float | None:
-    """Geometric mean over the configurations of mean judged time / mean plain time (keys ``judged`` and
-    ``plain``, or a record's ``judged_s`` and ``plain_s``)."""
-    pairs = [(c.get("judged", c.get("judged_s")), c.get("plain", c.get("plain_s"))) for c in configurations]
+def cost_ratio(pairs: list[tuple[list[float], list[float]]]) -> float | None:
+    """Geometric mean over the configurations, each its (judged, plain) wall times, of mean judged / mean plain."""
     ratios = [statistics.fmean(judged) / statistics.fmean(plain) for judged, plain in pairs if judged and plain]
     return statistics.geometric_mean(ratios) if ratios else None
 
@@ -327,7 +325,7 @@ def cost_across(results: dict[str, dict[str, Any]]) -> list[str]:
     configurations = [c for t in costs for c in t.get("configurations") or []]
     names = {c.get("name") for c in configurations}
     exits = {code for t in costs for code in t.get("plain_exits") or []}
-    ratio = cost_ratio(configurations)
+    ratio = cost_ratio([(c.get("judged_s"), c.get("plain_s")) for c in configurations])
     problems = []
     if names != {"empty commits", "honest candidate"}:
         problems.append(f"judge cost: the parts timed {sorted(map(str, names))}, not both configurations")

@@ -12,8 +12,9 @@ opened for reading, whose code ran, which trees were copied and which modules or
   everything its process read before it ended: a module imported by an earlier unit is not read again;
 - the static part (:class:`ImportGraph`): every module a read file imports, at module level or inside a
   function, or names as a string (a dotted name anywhere; a single identifier only in a file that imports by
-  name, ``importlib.import_module("kernels")``), with the module-level imports of those, transitively. A module imported earlier in the process is not read again when a later unit uses it:
-  this closure covers what the unit can reach through what it read. Lazy-export tables (``{"name":
+  name, ``importlib.import_module("kernels")``), with the module-level imports of those, transitively. A
+  module imported earlier in the process is not read again when a later unit uses it: this closure covers
+  what the unit can reach through what it read. Lazy-export tables (``{"name":
   "pkg.module"}``) are followed only for the names a file imports, so a run that never asks for
   ``pytest_ditgate.check_kernel`` is not keyed on ``correctness/checks.py``.
 

@@ -35,7 +35,7 @@ def test_the_cost_rule_judges_both_parts_as_the_whole_loop_does() -> None:
     empties = _part("empty commits", [31.0, 32.0], [28.0, 29.0])
     honest = _part("honest candidate", [32.3], [24.9, 27.8])
     assert check.cost_across({"loop[verdicts]": empties, "loop[kernels]": honest}) == []
-    whole = check.cost_ratio([{"judged": [31.0, 32.0], "plain": [28.0, 29.0]}, {"judged": [32.3], "plain": [24.9, 27.8]}])
+    whole = check.cost_ratio([([31.0, 32.0], [28.0, 29.0]), ([32.3], [24.9, 27.8])])
     assert whole == pytest.approx(((31.5 / 28.5) * (32.3 / 26.35)) ** 0.5)
     # a slow judge on the honest candidate's part fails the stage although each part passed alone
     slow = _part("honest candidate", [45.0], [24.9, 27.8])

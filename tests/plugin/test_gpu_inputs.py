@@ -89,8 +89,8 @@ def gpu_inputs():
     return module
 
 
-def _project(base: Path) -> Path:
-    for rel, text in FILES.items():
+def _project(base: Path, files: dict[str, str] = FILES) -> Path:
+    for rel, text in files.items():
         (base / rel).parent.mkdir(parents=True, exist_ok=True)
         (base / rel).write_text(text)
     return base
@@ -207,10 +207,7 @@ def test_the_import_graph_follows_lazy_tables_only_for_the_names_asked_for(tmp_p
         "lazypkg/registered.py": "",
         "user.py": "from lazypkg import cheap\n",
     }
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    graph = gpu_inputs.ImportGraph(tmp_path)
+    graph = gpu_inputs.ImportGraph(_project(tmp_path, files))
     assert graph.inputs({"user.py"}) == {"user.py", "lazypkg/__init__.py", "lazypkg/cheap.py"}
     assert "lazypkg/registered.py" in graph.inputs({"lazypkg/plugins.py"})
     assert graph.inputs({"lazypkg/expensive.py"}) >= {"lazypkg/deep.py", "lazypkg/__init__.py"}
@@ -230,10 +227,7 @@ def test_a_word_in_a_string_is_a_module_only_where_the_file_imports_by_name(tmp_
         "named.py": 'import importlib\nNAME = "kernels"\ndef load():\n    return importlib.import_module(NAME)\n',
         "conftest.py": 'pytest_plugins = ["kernels"]\n',
     }
-    for rel, text in files.items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    graph = gpu_inputs.ImportGraph(tmp_path)
+    graph = gpu_inputs.ImportGraph(_project(tmp_path, files))
     kernels = {"kernels/__init__.py", "kernels/ops.py"}
     assert graph.inputs({"options.py"}) == {"options.py"}
     assert not graph.inputs({"pick.py"}, ran={"pick.py": {2}}) & kernels  # only resolve() ran

@@ -11,7 +11,6 @@ round.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass
@@ -89,22 +88,19 @@ def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float
     count = 0
     on_device = False
     for call in calls:
-        done, elapsed, best = 0, 0.0, math.inf
+        took, output = _host_ms(call)  # what the call returns, and an estimate even at warmup=0
+        on_device = on_device or timers.holds_cuda_tensor((call.fn, call.args, call.kwargs, output))
+        done, elapsed, best = (0, 0.0, took) if warmup == 0 else (1, took, took)
         while True:
             if warmup is not None and done >= warmup:
                 break
             if warmup is None and done >= MIN_WARMUP and (elapsed >= WARMUP_MS or done >= MAX_WARMUP):
                 break
-            took, output = _host_ms(call)
-            on_device = on_device or (done == 0 and timers.holds_cuda_tensor((call.fn, call.args, call.kwargs,
-                                                                             output)))
+            took, _ = _host_ms(call)
             elapsed += took
             best = min(best, took)
             done += 1
-        if not done:  # warmup=0: still one estimate
-            took, output = _host_ms(call)
-            on_device = on_device or timers.holds_cuda_tensor((call.fn, call.args, call.kwargs, output))
-        estimates.append(best if done else took)
+        estimates.append(best)
         count = done
     return count, estimates, on_device
 

@@ -195,7 +195,7 @@ class RegionTiming:
             times, work = self.samples.get(impl) or [], self.warm_ms.get(impl)
             if not times or work is None:
                 return None, None
-            median = sorted(times)[len(times) // 2]
+            median = upper_median(times)
             extra.append(max(0.0, median - work))
             works.append(work)
         trip = min(extra)
@@ -218,9 +218,14 @@ class RegionTiming:
             out.append({"name": f"{self.name} (timed by the judge): candidate / {label}", "test": self.name,
                         "ratio": ratio, "ci_low": low, "ci_high": high,
                         "method": f"paired bootstrap of the {QUANTILE:.0%} quantile", "mechanism": "judge",
-                        "arch": arch, "device": self.device, "reference_median_ms": sorted(b)[len(b) // 2],
+                        "arch": arch, "device": self.device, "reference_median_ms": upper_median(b),
                         "versus_best": versus_best, "rounds": len(a), "calls_per_round": self.calls})
         return out
+
+
+def upper_median(values: list[float]) -> float:
+    """The middle value (the upper of the two middle ones for an even count), as the records give it."""
+    return sorted(values)[len(values) // 2]
 
 
 def quantile_ratio(a: list[float], b: list[float], *, q: float = QUANTILE, confidence: float = 0.95,
@@ -554,8 +559,7 @@ def time_lane(candidate_root: Path, best_root: Path, timing: Path, env: dict[str
             entry: dict[str, Any] = {"skipped": timing_result.skipped, "calls_per_round": timing_result.calls,
                                      "rounds": len(timing_result.samples.get("candidate", [])),
                                      "audited_rounds": timing_result.audited, "audit": timing_result.audit,
-                                     "median_ms": {k: sorted(v)[len(v) // 2] for k, v in timing_result.samples.items()
-                                                   if v},
+                                     "median_ms": {k: upper_median(v) for k, v in timing_result.samples.items() if v},
                                      "warm_ms": timing_result.warm_ms, "round_trip_ms": trip}
             if note:
                 entry["note"] = note
