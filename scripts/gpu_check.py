@@ -513,11 +513,19 @@ def run_on_lanes(record: dict[str, Any], call: list[list[Part]], lanes: list[gpu
 
 
 def save_record(record: dict[str, Any], path: Path) -> dict[str, Any]:
-    """Write ``record`` (units that no longer exist dropped, the tree's hash noted) to ``path``."""
+    """Write ``record`` (units that no longer exist dropped, the tree's hash noted) to ``path``, atomically: the
+    lane threads' merges and a reader between them see whole records only."""
     record = gpu_record.forget_missing(record, STAGES, ROOT)
     record["tree_hash"] = tree_hash()
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1, default=str) + "\n")
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:  # a stop mid-write (the call's limit) leaves the record before it, never half of one
+        with os.fdopen(fd, "w") as handle:
+            handle.write(json.dumps(record, indent=1, default=str) + "\n")
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
     return record
 
 

@@ -145,11 +145,10 @@ def test_every_lanes_results_are_merged_into_the_one_record(two_gpus, gpu_stages
     assert two_gpus.main("--changed") == 0 and two_gpus.take() == [("loop", "loop")]
 
 
-def test_a_stop_mid_call_keeps_the_finished_units_and_leaves_no_process(two_gpus, gpu_stages, monkeypatch) -> None:
+def test_a_stop_mid_call_keeps_the_finished_units_and_leaves_no_process(two_gpus, gpu_stages, monkeypatch,
+                                                                         ctrl_c_delivered) -> None:
     """SIGINT (the device call's limit) while the loop's lane runs a process group: the benchmark that
     finished on the other lane stays in the record, the loop stays in debt, and no process of it is left."""
-    if threading.current_thread() is not threading.main_thread():
-        pytest.skip("SIGINT reaches the main thread only")
     pids = two_gpus.logs.parent / "pids"
     whole = two_gpus.run_whole
     long_run = ("import os, subprocess, sys, time; child = subprocess.Popen([sys.executable, '-c', "

@@ -129,7 +129,7 @@ def test_a_red_baseline_run_keeps_no_golden_and_no_lock(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_ctrl_c_during_a_baseline_leaves_the_tree_as_it_was(tmp_path: Path) -> None:
+def test_ctrl_c_during_a_baseline_leaves_the_tree_as_it_was(tmp_path: Path, ctrl_c_delivered) -> None:
     p = create(tmp_path / "project")
     before = tree_state(p)
     process = subprocess.Popen([str(BIN / "ditgate"), "baseline", "--lane", "fwd"], cwd=p.root, env=clean_env(),
@@ -242,18 +242,14 @@ def test_a_lane_over_a_kernel_without_gemm_or_module_is_judged(tmp_path: Path) -
     assert verdict["child"]["noise_floor"] == "15%: timed on the host"
 
 
-def test_the_judge_holds_ctrl_c_back_while_it_writes_a_history_record() -> None:
+def test_the_judge_holds_ctrl_c_back_while_it_writes_a_history_record(ctrl_c_delivered) -> None:
     """A history record without its tip ref (or the reverse) makes the lane 12 for ever: Ctrl-C waits."""
     from pytest_ditgate.experiment.transaction import uninterrupted
 
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     written = []
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            with uninterrupted():
-                os.kill(os.getpid(), signal.SIGINT)
-                time.sleep(0.05)
-                written.append("record and ref")  # reached: the signal waits for the block's end
-    finally:
-        signal.signal(signal.SIGINT, previous)
+    with pytest.raises(KeyboardInterrupt):
+        with uninterrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            time.sleep(0.05)
+            written.append("record and ref")  # reached: the signal waits for the block's end
     assert written == ["record and ref"]
