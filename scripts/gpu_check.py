@@ -72,6 +72,8 @@ CALL_LIMIT_S = 600
 CALL_SETUP_S = 15
 CALL_MARGIN_S = 30
 MACHINE_START_S = 80
+#: a stage is not started with less of the call left than this (its set-up alone would use it)
+MIN_STAGE_S = 30.0
 #: a test file never timed counts this much; a test stage's fixed cost (start, collection) until measured; a
 #: whole stage never timed on this record, its usual time (on an H200 or H100; its limit is what stops it)
 DEFAULT_UNIT_S = 15.0
@@ -427,7 +429,11 @@ def run_units(stage: gpu_record.Stage, units: list[str], arch: str, logs: Path, 
               lane: gpu_lanes.Lane | None = None) -> Ran:
     """Run ``units`` of ``stage`` recorded (on ``lane``'s GPU and cores, where the machine has several)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    print(f"[gpu_check{f' lane {lane.index}' if lane else ''}] {stage.name}: {len(units)} unit(s) ...", flush=True)
+    where = f"[gpu_check{f' lane {lane.index}' if lane else ''}]"
+    if gpu_stages.time_for(stage.limit_s)[0] < MIN_STAGE_S:
+        print(f"{where} {stage.name}: not started, too little of the call is left; its units stay in debt", flush=True)
+        return Ran(stage, units, {}, [], 0.0, started)
+    print(f"{where} {stage.name}: {len(units)} unit(s) ...", flush=True)
     if stage.kind == "tests":
         recorded = gpu_stages.Recorded(logs, stage.name, lane)
         results, wall = gpu_stages.run_tests(stage, units, logs, recorded)
@@ -435,8 +441,12 @@ def run_units(stage: gpu_record.Stage, units: list[str], arch: str, logs: Path, 
     results, recordings, wall = {}, [], 0.0  # a whole stage's units (its shards), one after the other
     for unit in units:
         recorded = gpu_stages.Recorded(logs, unit, lane)
-        results[unit] = gpu_stages.run_whole(stage, unit, arch, logs, out, recorded)
-        wall += float(results[unit].get("seconds", 0.0))
+        result = gpu_stages.run_whole(stage, unit, arch, logs, out, recorded)
+        wall += float(result.get("seconds", 0.0))
+        if result.get("stopped"):
+            print(f"{where} {unit}: stopped by {result['stopped']}; it stays in debt", flush=True)
+            break
+        results[unit] = result
         recordings.append(([unit], recorded.folder))
     return Ran(stage, units, results, recordings, wall, started)
 
@@ -663,6 +673,7 @@ def audit(folder: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    started = time.monotonic()  # a call's --call-s counts from here, as the call's timeout does from the start
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hash", action="store_true", help="print the tree hash and exit (no torch needed)")
     parser.add_argument("--verify", action="store_true",
@@ -684,6 +695,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpus", type=int, default=None, metavar="N",
                         help="run on at most N of the machine's GPUs, a lane each (default: all); with --plan, plan "
                              "for a machine of N GPUs (default 1)")
+    parser.add_argument("--call-s", type=float, default=None, metavar="S",
+                        help="the device call stops this check S seconds after it started (gpu_check_call.sh's "
+                             "limit): a stage started near then stops itself first, so that its finished files "
+                             "are recorded")
     parser.add_argument("--record", default=str(RESULT), help="the record to read (default: the committed one)")
     parser.add_argument("--json", default=None,
                         help="where to write the merged record (default: --record); with --plan, the plan as JSON")
@@ -726,6 +741,7 @@ def main(argv: list[str] | None = None) -> int:
         return {"green": 0, "red": 1, "debt": 3}[verdict]
     if not ns.changed and not ns.stages and not ns.rerun:
         parser.error("say what to run: --changed, --stages A,B or --rerun STAGE=WHY (or --verify, --plan, --hash)")
+    gpu_stages.CALL_DEADLINE = started + ns.call_s if ns.call_s else None
     return run_check(ns, parser)
 
 

@@ -21,9 +21,11 @@ STATE=/tmp/gpu_check_state.json
 RECORD=benchmarks/results/gpu_check.json
 [ -f "$STATE" ] && RECORD=$STATE
 # stopped (SIGINT, its stages' process groups killed) before the call's own limit, so that what ran comes back
-timeout --signal=INT --kill-after=20 "${GPU_CHECK_CALL_S:-540}" \
+# (--call-s: the check stops a stage itself before then, keeping the test files that finished)
+CALL_S=${GPU_CHECK_CALL_S:-540}
+timeout --signal=INT --kill-after=20 "$CALL_S" \
     python3 scripts/gpu_check.py --record "$RECORD" --json "$OUT/gpu_check.json" --logs "$OUT/logs" \
-    --out "$OUT/results" "$@" > "$OUT/logs/gpu_check.log" 2>&1
+    --out "$OUT/results" --call-s "$CALL_S" "$@" > "$OUT/logs/gpu_check.log" 2>&1
 status=$?
 [ -f "$OUT/gpu_check.json" ] && cp "$OUT/gpu_check.json" "$STATE"
 bash scripts/scrub_paths.sh "$OUT/logs" "$OUT/results"  # what comes back is committed: no machine paths

@@ -575,3 +575,63 @@ def test_what_a_device_call_brings_back_names_no_machine_path(tmp_path: Path) ->
     scrubbed = "<repo>/tests/gates/test_x.py failed; wrote $OUT/results/r.json; looked in ~/.cache/torch\n"
     assert [(logs / n).read_text() for n in ("run.log", "table.txt", "bench.json")] == [scrubbed] * 3
     assert (logs / "record.jsonl").read_text() == text
+
+
+def test_a_stage_started_near_the_calls_limit_stops_itself_and_keeps_what_finished(gpu_stages, monkeypatch) -> None:
+    """The device call stops the check at --call-s. A stage whose own limit reaches past that gets only the time
+    left, less the harvest, so that pytest stops itself and its finished files are recorded (an H100 call
+    stopped the plugin stage at 498 s of its 520 and recorded none of the 83 files that had finished)."""
+    import time
+
+    monkeypatch.setattr(gpu_stages, "CALL_DEADLINE", time.monotonic() + 100)
+    limit, cut = gpu_stages.time_for(300)
+    assert cut and 100 - gpu_stages.HARVEST_S - 2 < limit <= 100 - gpu_stages.HARVEST_S
+    assert gpu_stages.time_for(20) == (20, False)
+    given = []
+    monkeypatch.setitem(gpu_stages.TEST_RUNNERS, "plugin",
+                        lambda units, logs, limit, recorded: (given.append(limit) or {}, 0.0))
+    stage = next(s for s in gpu_stages.STAGES if s.name == "plugin")
+    gpu_stages.run_tests(stage, ["tests/plugin/test_report.py"], Path("."), None)
+    assert given and given[0] <= 100 - gpu_stages.HARVEST_S
+    monkeypatch.setattr(gpu_stages, "CALL_DEADLINE", None)
+    gpu_stages.run_tests(stage, ["tests/plugin/test_report.py"], Path("."), None)
+    assert given[1] == stage.limit_s
+
+
+def test_a_whole_unit_stopped_by_the_calls_limit_is_stopped_not_failed(gpu_stages, gpu_record, monkeypatch) -> None:
+    """A benchmark or loop shard cut by the call's limit has not failed: it has no result yet. One cut by its own
+    limit has failed."""
+    import time
+
+    def cut(stage, unit, arch, logs, out, recorded, limit):
+        return {"rc": 124, "seconds": limit, "targets": [], "failures": ["exited 124"], "passed": False}
+
+    monkeypatch.setattr(gpu_stages, "_run_whole", cut)
+    loop = gpu_record.Stage("loop", "whole", ("loop.py",), "python loop.py", 200, "rule")
+    monkeypatch.setattr(gpu_stages, "CALL_DEADLINE", time.monotonic() + 100)
+    assert gpu_stages.run_whole(loop, "loop", "sm_90", Path("."), Path("."), None)["stopped"] == "the device call's limit"
+    monkeypatch.setattr(gpu_stages, "CALL_DEADLINE", None)
+    assert "stopped" not in gpu_stages.run_whole(loop, "loop", "sm_90", Path("."), Path("."), None)
+
+
+def test_a_whole_unit_stopped_by_the_calls_limit_stays_in_debt_not_red(stand_in, gpu_stages, monkeypatch) -> None:
+    real = stand_in.run_whole
+
+    def loop_cut(stage, unit, *args):
+        result = real(stage, unit, *args)
+        return dict(result, rc=124, passed=False, stopped="the device call's limit") if unit == "loop" else result
+
+    monkeypatch.setattr(gpu_stages, "run_whole", loop_cut)
+    assert stand_in.main("--changed") == 3
+    states = {s.unit: s.status for s in stand_in.gpu_check.gpu_record.states(stand_in.data(), stand_in.stages,
+                                                                                stand_in.root, stand_in.env)}
+    assert states["loop"] == "debt" and states["bench"] == "fresh"
+
+
+def test_no_stage_starts_with_too_little_of_the_call_left(stand_in, capsys) -> None:
+    assert stand_in.main("--changed", "--call-s", "50") == 3  # 50 s less the harvest: under MIN_STAGE_S
+    assert stand_in.take() == []
+    assert "not started, too little of the call is left" in capsys.readouterr().out
+    assert stand_in.gpu_check.gpu_stages.CALL_DEADLINE is not None
+    assert stand_in.main("--changed") == 0  # no --call-s: no deadline
+    assert stand_in.gpu_check.gpu_stages.CALL_DEADLINE is None
