@@ -55,15 +55,18 @@ def test_auto_takes_the_latency_and_reports_busy_time_beside_it(tensors) -> None
 
 
 def test_mechanisms_agree_on_a_long_kernel(tensors) -> None:
-    """A ~20 us memory-bound add: graph agrees with cupti within 10 %; latency, which also counts the gap
-    between back-to-back launches (about 2 us on an H100: 18.7 us against cupti's 16.6), reads at most 25 %
-    slower and never faster; events and wall read slower, never faster."""
+    """A ~20 us memory-bound add: graph agrees with cupti within 10 %, and so does the busy time latency
+    traced. Latency itself also counts the gaps between back-to-back launches (about 2 us on an H100: 18.7 us
+    against cupti's 16.6), and on a busy host the time the device waits for the next launch (21.2 us once, 1.29x):
+    it never reads faster than cupti, and less than 1.6x slower. Events and wall read slower, never faster."""
     from pytest_ditgate import measure
 
-    got = {mech: measure(_add, *tensors, mechanism=mech).median_ms
-           for mech in ("latency", "cupti", "graph", "events", "wall")}
+    runs = {mech: measure(_add, *tensors, mechanism=mech) for mech in ("latency", "cupti", "graph", "events", "wall")}
+    got = {mech: m.median_ms for mech, m in runs.items()}
+    busy = runs["latency"].extra["busy_median_ms"]
     assert abs(got["graph"] / got["cupti"] - 1) < 0.10, got
-    assert 0.95 <= got["latency"] / got["cupti"] < 1.25, got
+    assert abs(busy / got["cupti"] - 1) < 0.10, (got, busy)
+    assert 0.95 <= got["latency"] / got["cupti"] < 1.6, got
     assert got["events"] >= 0.95 * got["cupti"] and got["wall"] >= 0.95 * got["cupti"], got
 
 
@@ -176,14 +179,16 @@ def test_sustained_cupti_regime(tensors) -> None:
     assert m.regime == "sustained" and m.mechanism == "cupti"
 
 
-def test_a_host_only_function_is_its_latency_with_an_idle_device() -> None:
+def test_a_host_only_function_is_timed_by_the_host_clock() -> None:
+    """A call that launches nothing is the host's work, timed as on a machine without a GPU (``wall``), and
+    takes no GPU's timing lock: a CPU lane's pair keeps the host's noise floor on a GPU host too."""
     import torch  # noqa: F401  (CUDA in use, but the call launches nothing)
 
     from pytest_ditgate import measure
 
     m = measure(lambda: sum(range(100)))
-    assert m.mechanism == "latency"  # what the caller waits for: the host's work, the device idle through it
-    assert m.extra["busy_median_ms"] == 0 and m.extra["idle_fraction"] == 1.0
+    assert m.mechanism == "wall" and m.device == "cpu"
+    assert m.mechanism_notes["latency"] == "not used: the call launches no device work"
 
 
 def test_pair_catches_a_2x_slower_candidate(tensors) -> None:

@@ -59,18 +59,21 @@ REFERENCE = """
 import torch
 
 W = torch.randn(256, 256, generator=torch.Generator().manual_seed(1)) / 16
+#: how many times each tanh pass runs (a timed project sets it for its host: ``removable_work_scale``)
+SCALE = 1
 
 
 def reference(x):
     y = x
     for _ in range(24):
-        y = torch.tanh(x)
+        for _ in range(SCALE):
+            y = torch.tanh(x)
     return y @ W
 """
 
 CANDIDATE = """
 import torch
-from reference.work import W
+from reference.work import SCALE, W
 
 REPEAT = {repeat}
 
@@ -84,7 +87,7 @@ class Model(torch.nn.Module):
 
     def forward(self, x):
         y = x
-        for _ in range(self.repeat):
+        for _ in range(self.repeat * SCALE):
             y = torch.tanh(x)
         return self.proj(y)
 
@@ -270,10 +273,36 @@ class Project:
         return [dict(zip(header, line.split("\t")))["status"] for line in lines[1:]]
 
 
+#: what the baseline's removable work (its 24 tanh passes, 18 of which an honest candidate drops) costs a call of
+#: a timed project at least: more than the judge's round trip per call, which reached 1.8 ms on a GPU host's CPU
+#: under 12 xdist workers, where 24 passes took about 0.5 ms and an honest 4x cut read 0.87-0.93
+REMOVABLE_WORK_MS = 4.0
+
+
+def removable_work_scale(most: int = 8) -> int:
+    """How many times a timed project runs each tanh pass on this host, so that 24 passes cost a call about
+    ``REMOVABLE_WORK_MS`` (1 on a two-core CI machine, where they take about 4 ms; more on a fast host). The
+    output does not change (tanh(x) is recomputed from x each time)."""
+    import time
+
+    import torch
+
+    x = torch.randn(256, 256, generator=torch.Generator().manual_seed(0))
+    torch.tanh(x)
+    took = []
+    for _ in range(5):
+        start = time.perf_counter()
+        for _ in range(24):
+            torch.tanh(x)
+        took.append((time.perf_counter() - start) * 1e3)
+    return max(1, min(most, round(REMOVABLE_WORK_MS / max(min(took), 1e-3))))
+
+
 def create(root: Path, *, pyproject: str = PYPROJECT, contract: str = CONTRACT, gate: str = GATE,
            timed: bool = False) -> Project:
     """The project, committed, not yet baselined (another ``pyproject``, ``contract`` or ``gate`` text where a
-    test needs one; ``timed``: with the lane ``timed``, which the judge times)."""
+    test needs one; ``timed``: with the lane ``timed``, which the judge times, its removable work scaled to this
+    host)."""
     project = Project(root)
     project.write("pyproject.toml", pyproject.replace("[tool.pytest.ini_options]", TIMED_LANE.strip() +
                                                       "\n\n[tool.pytest.ini_options]") if timed else pyproject)
@@ -282,7 +311,8 @@ def create(root: Path, *, pyproject: str = PYPROJECT, contract: str = CONTRACT, 
     project.write(".gitignore", ".ditgate/\n__pycache__/\n")
     project.write("fixtures/quality_contract.toml", contract)
     project.write("reference/__init__.py", "")
-    project.write("reference/work.py", REFERENCE)
+    project.write("reference/work.py", REFERENCE.replace("SCALE = 1", f"SCALE = {removable_work_scale()}")
+                  if timed else REFERENCE)
     project.write("candidate/__init__.py", "")
     project.candidate(repeat=24)
     project.write("tests/gates/test_gate.py", gate)

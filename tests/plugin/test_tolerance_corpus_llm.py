@@ -404,8 +404,8 @@ def check_honest(case: Case, dtype: str, device: str = "cpu", *, gpu: bool = Fal
 
 
 def check_wrong(case: Case, dtype: str, device: str = "cpu", *, gpu: bool = False) -> dict[str, str]:
-    """Every wrong variant fails with an accepted reason; one the extremal trials alone catch passes the
-    unit-scale trials and fails in an extremal trial."""
+    """Every wrong variant fails with an accepted reason; one the extremal trials alone catch at the CPU's sizes
+    passes the unit-scale trials there and fails in an extremal trial."""
     make = (case.gpu_inputs if gpu and case.gpu_inputs else case.inputs)(dtype, device)
     reasons = {}
     for name, (kernel, accepted) in case.wrong.items():
@@ -413,7 +413,8 @@ def check_wrong(case: Case, dtype: str, device: str = "cpu", *, gpu: bool = Fals
         with pytest.raises(GateFailure) as failure:
             check_kernel(kernel, case.reference, make, **settings)
         assert failure.value.reason in accepted, (name, failure.value.message)
-        if (name, dtype) in case.extremal_only:
+        if (name, dtype) in case.extremal_only and not gpu:  # at the GPU's sizes (4096 x 4096) rounding_bias sees
+            # eps 1e-2's one-signed shift at unit scale already (7.7 of 9.8 million elements toward zero on an H100)
             assert "extremal trial" in failure.value.message.splitlines()[0], failure.value.message
             check_kernel(kernel, case.reference, make, **{**settings, "input_scales": ()})
         reasons[name] = failure.value.reason
