@@ -65,12 +65,15 @@ OPTIONAL_PACKAGES = {
     "import-linter": ("importlinter", "import_linter"),
 }
 #: one device call: its limit, what each call costs beside its stages (setting up the packages and the project,
-#: 3-6 s; the tree's transfer and the gap to the next call, 6-7 s), the margin left, and what a machine costs
-#: once (its start and the 30 s it stays held after its last call: 62, 77 and 82 s for the three machines of
-#: seven H100 calls, benchmarks/results/gpu_check_h100_1207/README.md)
+#: 3-6 s; the tree's transfer and the gap to the next call, 6-7 s), the margin left (the call stops the check at
+#: 540 s, gpu_check_call.sh's GPU_CHECK_CALL_S, and packs what comes back), the check's own start before its
+#: first stage (the device's environment, the tree's hashes), and what a machine costs once (its start and the
+#: 30 s it stays held after its last call: 62, 77 and 82 s for the three machines of seven H100 calls,
+#: benchmarks/results/gpu_check_h100_1207/README.md)
 CALL_LIMIT_S = 600
 CALL_SETUP_S = 15
-CALL_MARGIN_S = 30
+CALL_MARGIN_S = 45
+CHECK_START_S = 15
 MACHINE_START_S = 80
 #: a stage is not started with less of the call left than this (its set-up alone would use it)
 MIN_STAGE_S = 30.0
@@ -326,13 +329,19 @@ def call_row(call: list[list[Part]]) -> dict[str, Any]:
             "seconds": round(max(lane_s, default=0.0) + CALL_SETUP_S, 1)}
 
 
+def stage_capacity(call_s: float) -> float:
+    """The seconds of stages one call of ``call_s`` device seconds holds: less the call's set-up and margin, the
+    check's start, and the harvest a stage keeps before the call's stop (``gpu_stages.time_for``)."""
+    return call_s - CALL_SETUP_S - CALL_MARGIN_S - CHECK_START_S - gpu_stages.HARVEST_S
+
+
 def plan_summary(record: dict[str, Any], states: list[gpu_record.UnitState], reruns: dict[str, str] | None = None,
                  call_s: float = CALL_LIMIT_S, leave_out: set[str] | None = None, gpus: int = 1) -> dict[str, Any]:
     """The calls a tree needs on a machine of ``gpus`` GPUs: each call's lanes and parts and its estimated
     seconds (its longest lane and the set-up), and the device time in all with one machine start.
     ``leave_out``: units (``stage:unit``) not to count."""
     todo = [s for s in due(states, reruns) if f"{s.stage.name}:{s.unit}" not in (leave_out or set())]
-    rows = [call_row(call) for call in pack_lanes(record, todo, call_s - CALL_SETUP_S - CALL_MARGIN_S, gpus)]
+    rows = [call_row(call) for call in pack_lanes(record, todo, stage_capacity(call_s), gpus)]
     rows = [row for row in rows if row["parts"]]
     work = sum(r["seconds"] for r in rows)
     red = [f"{s.stage.name}: {s.unit}" for s in states if s.status == "red" and s not in todo]
@@ -587,6 +596,8 @@ def run_check(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     states = with_legacy_times(load_record(record_path), gpu_record.states(record, STAGES, ROOT, env))
     todo = [s for s in due(states, reruns) if not named or s.stage.name in named]
     capacity = ns.budget_s if ns.budget_s is not None else float("inf")
+    left, _ = gpu_stages.time_for(capacity)
+    capacity = min(capacity, left)  # with --call-s: what fits before the call stops the check, less the harvest
     lanes = lane_count(env, ns.gpus)
     calls = pack_lanes(record, todo, capacity, lanes)
     now = calls[0] if calls else []
@@ -720,7 +731,7 @@ def main(argv: list[str] | None = None) -> int:
             gpus = ns.gpus or 1
             summary = plan_summary(record, states, call_s=CALL_LIMIT_S, leave_out=leave_out, gpus=gpus)
             if ns.budget_s is not None:
-                fits = pack_lanes(record, due(states), ns.budget_s - CALL_SETUP_S - CALL_MARGIN_S, gpus)
+                fits = pack_lanes(record, due(states), stage_capacity(ns.budget_s), gpus)
                 summary["fits_budget"] = [{"stage": p.stage.name, "units": [u.unit for u in p.units]}
                                           for lane in (fits[0] if fits else []) for p in lane if p.units]
             if ns.json:

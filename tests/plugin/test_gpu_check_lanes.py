@@ -213,7 +213,7 @@ def test_a_judge_change_fits_one_call_on_eight_gpus(gpu_check, gpu_record) -> No
 
 def test_every_lane_fits_its_call_and_the_longest_parts_go_first(gpu_check, gpu_record) -> None:
     states = judge_change(gpu_check, gpu_record)
-    capacity = gpu_check.CALL_LIMIT_S - gpu_check.CALL_SETUP_S - gpu_check.CALL_MARGIN_S
+    capacity = gpu_check.stage_capacity(gpu_check.CALL_LIMIT_S)
     calls = gpu_check.pack_lanes({}, states, capacity, 4)
     assert all(len(call) == 4 for call in calls) and len(calls) == 2
     assert all(sum(p.seconds for p in lane) <= capacity for call in calls for lane in call)
@@ -229,7 +229,7 @@ def test_every_lane_fits_its_call_and_the_longest_parts_go_first(gpu_check, gpu_
 def test_one_gpu_plans_exactly_todays_calls(gpu_check, gpu_record, tmp_path) -> None:
     record = gpu_check.load_record(gpu_check.RESULT)
     states = gpu_check.with_legacy_times(record, gpu_record.states(record, gpu_check.STAGES, gpu_check.ROOT))
-    capacity = gpu_check.CALL_LIMIT_S - gpu_check.CALL_SETUP_S - gpu_check.CALL_MARGIN_S
+    capacity = gpu_check.stage_capacity(gpu_check.CALL_LIMIT_S)
     today = [[{"stage": p.stage.name, "units": [u.unit for u in p.units], "seconds": round(p.seconds, 1)}
               for p in call if p.units] for call in gpu_check.pack(record, gpu_check.due(states), capacity)]
     summary = gpu_check.plan_summary(record, states, gpus=1)

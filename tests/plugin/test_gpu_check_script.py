@@ -271,11 +271,19 @@ def test_a_budget_runs_what_fits_and_the_next_call_picks_up_the_rest(stand_in, c
     assert stand_in.main("--changed") == 0 and stand_in.take() == [("loop", "loop")]
 
 
+def test_a_call_limit_runs_what_fits_before_it_and_the_next_call_picks_up_the_rest(stand_in, gpu_stages,
+                                                                                     capsys) -> None:
+    call_s = str(150 + gpu_stages.HARVEST_S + 1)  # the test stage fits (75 s), the benchmark beside it not
+    assert stand_in.main("--changed", "--call-s", call_s) == 3
+    assert [s for s, _ in stand_in.take()] == ["t", "t", "t"]
+    assert "left for the next --changed call: 2 unit(s) of bench, loop" in capsys.readouterr().out
+
+
 def test_the_plan_packs_the_debt_into_device_calls_with_their_set_up(stand_in, gpu_check, capsys) -> None:
     assert stand_in.main("--changed") == 0
     stand_in.take()
     record = stand_in.data()
-    long = gpu_check.CALL_LIMIT_S - gpu_check.CALL_SETUP_S - gpu_check.CALL_MARGIN_S - 10.0
+    long = gpu_check.stage_capacity(gpu_check.CALL_LIMIT_S) - 10.0
     for entry in record["stages"]["loop"]["units"].values():
         entry["result"]["seconds"] = long  # a long unit: a call of its own
     stand_in.record.write_text(json.dumps(record))
