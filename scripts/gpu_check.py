@@ -67,13 +67,14 @@ OPTIONAL_PACKAGES = {
 #: one device call: its limit, what each call costs beside its stages (setting up the packages and the project,
 #: 3-6 s; the tree's transfer and the gap to the next call, 6-7 s), the margin left (the call stops the check at
 #: 540 s, gpu_check_call.sh's GPU_CHECK_CALL_S, and packs what comes back), the check's own start before its
-#: first stage (the device's environment, the tree's hashes), and what a machine costs once (its start and the
+#: first stage (the device's environment, the tree's hashes: about 25 s on an H100,
+#: benchmarks/results/gpu_check_h100_1207c/), and what a machine costs once (its start and the
 #: 30 s it stays held after its last call: 62, 77 and 82 s for the three machines of seven H100 calls,
 #: benchmarks/results/gpu_check_h100_1207/README.md)
 CALL_LIMIT_S = 600
 CALL_SETUP_S = 15
 CALL_MARGIN_S = 45
-CHECK_START_S = 15
+CHECK_START_S = 25
 MACHINE_START_S = 80
 #: a stage is not started with less of the call left than this (its set-up alone would use it)
 MIN_STAGE_S = 30.0
