@@ -440,8 +440,14 @@ def run_units(stage: gpu_record.Stage, units: list[str], arch: str, logs: Path, 
     """Run ``units`` of ``stage`` recorded (on ``lane``'s GPU and cores, where the machine has several)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     where = f"[gpu_check{f' lane {lane.index}' if lane else ''}]"
-    if gpu_stages.time_for(stage.limit_s)[0] < MIN_STAGE_S:
-        print(f"{where} {stage.name}: not started, too little of the call is left; its units stay in debt", flush=True)
+
+    def too_late(what: str) -> bool:
+        if gpu_stages.time_for(stage.limit_s)[0] >= MIN_STAGE_S:
+            return False
+        print(f"{where} {what}: not started, too little of the call is left; it stays in debt", flush=True)
+        return True
+
+    if too_late(stage.name):
         return Ran(stage, units, {}, [], 0.0, started)
     print(f"{where} {stage.name}: {len(units)} unit(s) ...", flush=True)
     if stage.kind == "tests":
@@ -449,7 +455,9 @@ def run_units(stage: gpu_record.Stage, units: list[str], arch: str, logs: Path, 
         results, wall = gpu_stages.run_tests(stage, units, logs, recorded)
         return Ran(stage, units, results, [(units, recorded.folder)], wall, started)
     results, recordings, wall = {}, [], 0.0  # a whole stage's units (its shards), one after the other
-    for unit in units:
+    for index, unit in enumerate(units):
+        if index and too_late(unit):
+            break
         recorded = gpu_stages.Recorded(logs, unit, lane)
         result = gpu_stages.run_whole(stage, unit, arch, logs, out, recorded)
         wall += float(result.get("seconds", 0.0))
@@ -537,15 +545,9 @@ def save_record(record: dict[str, Any], path: Path) -> dict[str, Any]:
     lane threads' merges and a reader between them see whole records only."""
     record = gpu_record.forget_missing(record, STAGES, ROOT)
     record["tree_hash"] = tree_hash()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:  # a stop mid-write (the call's limit) leaves the record before it, never half of one
-        with os.fdopen(fd, "w") as handle:
-            handle.write(json.dumps(record, indent=1, default=str) + "\n")
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    from pytest_ditgate.fsutil import atomic_write_text  # a stop mid-write leaves the record before it
+
+    atomic_write_text(path, json.dumps(record, indent=1, default=str) + "\n")
     return record
 
 

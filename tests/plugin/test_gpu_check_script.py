@@ -643,3 +643,22 @@ def test_no_stage_starts_with_too_little_of_the_call_left(stand_in, capsys) -> N
     assert stand_in.gpu_check.gpu_stages.CALL_DEADLINE is not None
     assert stand_in.main("--changed") == 0  # no --call-s: no deadline
     assert stand_in.gpu_check.gpu_stages.CALL_DEADLINE is None
+
+
+def test_a_shard_is_not_started_once_too_little_of_the_call_is_left(gpu_check, gpu_record, gpu_stages, monkeypatch,
+                                                                   tmp_path: Path) -> None:
+    import time
+
+    soak = gpu_record.Stage("soak", "whole", ("loop.py",), "python loop.py", 400, "rule",
+                            shards=gpu_stages.EMPTY_SHARDS, across_shards=gpu_stages.empty_across_shards)
+    ran = []
+
+    def first_shard_uses_the_call(stage, unit, *args):
+        ran.append(unit)
+        gpu_stages.CALL_DEADLINE = time.monotonic() + gpu_stages.HARVEST_S + 5  # 5 s left after it
+        return {"passed": True, "seconds": 300.0}
+
+    monkeypatch.setattr(gpu_stages, "CALL_DEADLINE", None)
+    monkeypatch.setattr(gpu_stages, "run_whole", first_shard_uses_the_call)
+    done = gpu_check.run_units(soak, soak.units(tmp_path), "sm_90", tmp_path / "logs", tmp_path / "out")
+    assert ran == ["soak[1-10]"] and list(done.results) == ["soak[1-10]"]  # the second stays in debt
