@@ -54,9 +54,8 @@ ROWS = [
 #: units a row counts although the untouched tree owes them too: the stages that judge experiments end to end
 #: have no run recorded on the record's tree, so no edit makes them stale there; each runs the judge, so a
 #: change to it makes them stale once they have run (at their estimates until measured)
-COUNTED = {"the judge, with the stages that run it end to end": (
-    "attacks:attacks[1-5]", "attacks:attacks[6-9]", "empty:empty[1-10]", "empty:empty[11-20]", "classes:classes[dit]",
-    "classes:classes[kernels]")}
+COUNTED = {"the judge, with the stages that run it end to end": tuple(
+    f"{name}:{unit}" for name in ("attacks", "empty", "classes") for unit in gpu_stages.BY_NAME[name].units(ROOT))}
 #: the machines each row is planned for: GPUs of one host, a lane each
 GPUS = (1, 4, 8)
 COMMENT = {".py": "\n# a one-line edit (gpu_check_cost)\n", ".cu": "\n// a one-line edit (gpu_check_cost)\n",

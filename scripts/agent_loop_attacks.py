@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import Loop, project_repository, run_in_scratch, tree_commit, verdict_of, write_record  # noqa: E402 - the loop's repository and commands
+from agent_loop_check import (Loop, picked, project_repository, run_in_scratch, tree_commit,  # noqa: E402 - the loop's
+                              verdict_of, write_record)  # repository and commands
 
 CANDIDATE = "dit_impl/fast/candidate.py"
 
@@ -207,15 +208,6 @@ def judge(template: Path, work: Path, log, name: str, body: str | None) -> tuple
     reasons = verdict_reasons(loop)
     shutil.rmtree(work, ignore_errors=True)
     return code, reasons
-
-
-def picked(chosen: list, pick: str | None) -> list:
-    """The attacks at the 1-based positions ``FIRST-LAST`` of ``chosen`` (all without ``pick``): a shard of the
-    stage, which together with its baseline fits a device call."""
-    if pick is None:
-        return chosen
-    first, _, last = pick.partition("-")
-    return chosen[int(first) - 1:int(last or first)]
 
 
 def run(base: Path, log, on_gpu: bool, only: str | None, pick: str | None = None) -> tuple[list[Result], int]:

@@ -18,15 +18,18 @@ then judges a fixed series of experiments with ``ditgate experiment --lane dit -
 On the CPU the honest speedup changes nothing that runs there (the switches are CUDA-only), so it is
 expected to be 11. Every DISCARD is followed by ``git reset --hard HEAD^``, as the doc says.
 
-``--part`` runs one of its two parts after a baseline of its own: ``verdicts`` (the empty commits, the quality
-break, the fixed-path and out-of-scope edits), which never asks for the adaLN kernels, and ``kernels`` (the
-honest candidate, which runs them). The GPU check runs each as a shard of its ``loop`` stage, so a change to
-``kernels/`` re-runs only the second; the cost rule then judges both parts' runs together (``cost_across``).
+``--part`` runs one of its three parts after a baseline of its own: ``empty`` (the exact empty commit between
+two plain runs: the cost's first configuration), ``verdicts`` (the numerical empty commit, the quality break, the
+fixed-path and out-of-scope edits), neither of which asks for the adaLN kernels, and ``kernels`` (the honest
+candidate, which runs them). Each part with its baseline fits a device call on an H100 (a baseline about 165 s,
+an experiment the judge times about 115 s, one refused before timing about 30 s). The GPU check runs each as a
+shard of its ``loop`` stage, so a change to ``kernels/`` re-runs only the last; the cost rule then judges the
+parts' runs together (``cost_across``).
 
 The judge's cost: plain ``python -m pytest --ditgate --ditgate-lane=dit <the lane's tests>`` runs (the
 same tests doing the same work, the lane best they re-measure read from the judge's mirror; no judge) are
 interleaved with the judged ``ditgate experiment`` runs in two configurations of the candidate: plain,
-the two empty commits, plain; then, on the honest candidate's commit, one untimed plain run that builds the
+the exact empty commit, plain; then, on the honest candidate's commit, one untimed plain run that builds the
 new configuration's kernels into the caches, then plain, judged, plain. The ratio is the geometric mean over
 the configurations of mean judged / mean plain time; the target is <= 1.25 on a GPU (issue 46's
 acceptance), reported as info on the CPU. A single pair of runs can read 0.88 to 1.30 on the H200: the lane's
@@ -171,6 +174,15 @@ def tree_commit() -> str | None:
                           text=True).stdout.strip() or None
 
 
+def picked(chosen: list, pick: str | None) -> list:
+    """The items at the 1-based positions ``FIRST-LAST`` (or ``N``) of ``chosen`` (all without ``pick``): a shard
+    of a GPU check stage, which together with its baseline fits a device call."""
+    if pick is None:
+        return chosen
+    first, _, last = pick.partition("-")
+    return chosen[int(first) - 1:int(last or first)]
+
+
 def run_in_scratch(name: str, action, failed):
     """``action(base, log)`` in a fresh temporary folder with ``<name>.log`` there open for it: (its result, or
     ``failed`` where it raised; the error's text or None; the folder). A broken run is recorded, not raised."""
@@ -178,6 +190,8 @@ def run_in_scratch(name: str, action, failed):
     with (base / f"{name}.log").open("w") as log:
         try:
             return action(base, log), None, base
+        except KeyboardInterrupt:  # stopped (the GPU check's deadline): the record and the log still get written
+            return failed, "stopped (SIGINT) before every experiment ran", base
         except Exception as exc:  # noqa: BLE001 - recorded, and the run fails
             return failed, f"{type(exc).__name__}: {exc}", base
 
@@ -188,10 +202,10 @@ def timed(action) -> tuple[int, float]:
     return code, time.perf_counter() - started
 
 
-#: the loop's two parts, each runnable alone after its own baseline (``--part``; the GPU check runs each as a
-#: shard of the ``loop`` stage): ``verdicts`` never asks for the adaLN kernels, so a change to ``kernels/`` makes
-#: only the ``kernels`` part (the honest candidate that runs them) stale
-PARTS = ("verdicts", "kernels")
+#: the loop's three parts, each runnable alone after its own baseline (``--part``; the GPU check runs each as a
+#: shard of the ``loop`` stage): ``empty`` and ``verdicts`` never ask for the adaLN kernels, so a change to
+#: ``kernels/`` makes only the ``kernels`` part (the honest candidate that runs them) stale
+PARTS = ("empty", "verdicts", "kernels")
 
 
 def run(work: Path, log, on_gpu: bool, parts: tuple[str, ...] = PARTS) -> list[dict]:
@@ -209,12 +223,11 @@ def run(work: Path, log, on_gpu: bool, parts: tuple[str, ...] = PARTS) -> list[d
     # each configuration: one pair of single runs can read anywhere from 0.88 to 1.30 on the H200, since the
     # lane's adaptive timing makes the tests' own time vary by seconds from run to run
     costs = Cost()
-    if "verdicts" in parts:
+    if "empty" in parts:
         costs.configuration("empty commits")
         costs.plain(loop)
-        for cls in ("exact", "numerical"):
-            loop.git("commit", "-q", "--allow-empty", "-m", f"empty commit ({cls})")
-            expect(f"empty commit, {cls}", costs.judged(loop, lambda: loop.experiment(cls, "empty commit")), 11)
+        loop.git("commit", "-q", "--allow-empty", "-m", "empty commit (exact)")
+        expect("empty commit, exact", costs.judged(loop, lambda: loop.experiment("exact", "empty commit")), 11)
         costs.plain(loop)
     if "kernels" in parts:
         costs.configuration("honest candidate")
@@ -224,12 +237,14 @@ def run(work: Path, log, on_gpu: bool, parts: tuple[str, ...] = PARTS) -> list[d
         costs.plain(loop)  # then every timed run finds them built, cold machine or warm
         code = costs.judged(loop, lambda: loop.experiment("numerical", "graphs+kernels+cudnn+gelu"))
         costs.plain(loop)
-    # the whole loop judges its cost here; a part leaves it to the stage's rule over both parts (cost_across)
+    # the whole loop judges its cost here; a part leaves it to the stage's rule over the parts (cost_across)
     targets.append(costs.target(on_gpu, judged_here=tuple(parts) == PARTS))
     if "kernels" in parts:
         expect("honest speedup, numerical", code, 0 if on_gpu else 11)
     if "verdicts" not in parts:
         return targets
+    loop.git("commit", "-q", "--allow-empty", "-m", "empty commit (numerical)")
+    expect("empty commit, numerical", loop.experiment("numerical", "empty commit"), 11)
     loop.edit("dit_impl/fast/model.py", *QUALITY_BREAK)
     loop.git("commit", "-qam", "final adaLN without its shift")
     expect("quality break, numerical", loop.experiment("numerical", "drop the final shift"), 10)
@@ -341,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", default=None, help="write the record here")
     parser.add_argument("--part", choices=PARTS, default=None,
-                        help="run one part after its own baseline (the GPU check's shards); default: both")
+                        help="run one part after its own baseline (the GPU check's shards); default: all")
     parser.add_argument("--keep", action="store_true", help="keep the temporary repository")
     ns = parser.parse_args(argv)
     import torch

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from agent_loop_check import (HONEST, Loop, project_repository, run_in_scratch,  # noqa: E402 - the loop's
+from agent_loop_check import (HONEST, Loop, picked, project_repository, run_in_scratch,  # noqa: E402 - the loop's
                               tree_commit, verdict_of, write_record)  # repository and commands
 
 CANDIDATE = "dit_impl/fast/candidate.py"
@@ -166,7 +166,8 @@ def run(base: Path, log, device: str, fp8: bool, chosen: list[Candidate]) -> lis
         ok = result["exit"] in allowed and (judged is None or result["judged"] == judged)
         targets.append({"name": name, **result, "expected": list(allowed), "expected_class": judged, "pass": ok})
         print(f"{'PASS' if ok else 'FAIL'}  {name}: exit {result['exit']} (expected {' or '.join(map(str, allowed))})"
-              + (f", judged {result['judged']} (expected {judged})" if judged else ""), flush=True)
+              + (f", judged {result['judged']} (expected {judged})" if judged else "")
+              + ("" if ok else ": " + "; ".join(result["reasons"][:2])[:600]), flush=True)
 
     templates: dict[str, Path] = {}
     for lane in sorted({c.lane for c in chosen}):
@@ -196,10 +197,12 @@ def run(base: Path, log, device: str, fp8: bool, chosen: list[Candidate]) -> lis
     return targets
 
 
-def select(found: list[Candidate], on_gpu: bool, only: str | None, lane: str | None) -> list[Candidate]:
-    """The candidates this machine can judge (no GPU-only one on a CPU), by name (``only``) and by lane."""
-    return [c for c in found if (on_gpu or not c.gpu_only) and (only is None or only in c.name)
-            and (lane is None or c.lane == lane)]
+def select(found: list[Candidate], on_gpu: bool, only: str | None, lane: str | None,
+           pick: str | None = None) -> list[Candidate]:
+    """The candidates this machine can judge (no GPU-only one on a CPU), by name (``only``), by lane, and by
+    1-based position among those (``pick``, ``FIRST-LAST``: a shard of the GPU check's stage)."""
+    return picked([c for c in found if (on_gpu or not c.gpu_only) and (only is None or only in c.name)
+                   and (lane is None or c.lane == lane)], pick)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -213,13 +216,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", default=None, help="run only the candidates whose name contains this text")
     parser.add_argument("--lane", choices=("dit", "kernels"), default=None,
                         help="run only this lane's candidates (and only its baseline)")
+    parser.add_argument("--pick", default=None, metavar="FIRST-LAST",
+                        help="of the candidates chosen, run only those at these 1-based positions")
     ns = parser.parse_args(argv)
     import torch
 
     on_gpu = torch.cuda.is_available()
     fp8 = on_gpu and torch.cuda.get_device_capability(0) >= (8, 9)
     device = "gpu" if on_gpu else "cpu"
-    chosen = select(candidates(ns.honest_fraction, ns.harmful_steps), on_gpu, ns.only, ns.lane)
+    chosen = select(candidates(ns.honest_fraction, ns.harmful_steps), on_gpu, ns.only, ns.lane, ns.pick)
     started = time.time()
     commit = tree_commit()
     targets, error, base = run_in_scratch("classes", lambda base, log: run(base, log, device, fp8, chosen), [])

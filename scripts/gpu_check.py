@@ -83,8 +83,7 @@ MIN_STAGE_S = 30.0
 DEFAULT_UNIT_S = 15.0
 DEFAULT_OVERHEAD_S = {"plugin": 30.0, "suites": 45.0, "corpus": 20.0}
 DEFAULT_WHOLE_S = {"fidelity": 120.0, "kernels": 80.0, "dit": 110.0, "memory": 90.0, "switches": 120.0,
-                   "probe_cost": 150.0, "loop": 350.0, "attacks": 600.0, "empty": 800.0,
-                   "classes": 700.0}
+                   "probe_cost": 150.0}
 
 
 # -- the machine ------------------------------------------------------------------------------------------
@@ -187,6 +186,8 @@ def unit_seconds(state: gpu_record.UnitState) -> float:
         return float(state.seconds)
     if state.stage.kind == "tests":
         return DEFAULT_UNIT_S
+    if state.unit in gpu_stages.SHARD_ESTIMATE_S:  # an agent-loop shard: its steps as measured on an H100
+        return gpu_stages.SHARD_ESTIMATE_S[state.unit]
     whole = DEFAULT_WHOLE_S.get(state.stage.name, float(state.stage.limit_s))
     return whole / max(1, len(state.stage.shards))
 

@@ -464,11 +464,25 @@ def stage_script(name: str, logs: Path, limit: float, env: dict[str, str], unit:
             "passed": code == 0 and bool(targets) and not failures}
 
 
+#: what the agent-loop stages' steps take on an H100 (this tree's judge, the DiT lane; measured by the GPU check's
+#: calls of 2026-12-07): a baseline in a fresh copy of the project (two runs of the lane, the judge timing it),
+#: an experiment the judge times (four regions, two comparisons each, 32-40 rounds), one refused before the
+#: judge times it, one the judge refuses while it times (an attack caught in the rounds: about 57 s a run in
+#: benchmarks/results/gpu_check_h100_1207/call6_attacks.log), a plain run of the lane's tests, and the untimed
+#: run that builds the kernels first
+JUDGED_STEP_S = {"baseline": 165.0, "timed": 115.0, "refused": 30.0, "caught": 60.0, "plain": 40.0, "build": 60.0}
+
+
+def judged_steps_s(*steps: str) -> float:
+    """A shard's estimated seconds: its steps' (``JUDGED_STEP_S``), the baseline included by the caller."""
+    return sum(JUDGED_STEP_S[step] for step in steps)
+
+
 #: the empty stage: twenty empty commits judged on the DiT lane, at least 19 of them 11 (issue 46's target).
-#: Twenty judged experiments outlast a device call (about 30 s each on an H100, beside the baseline), so they
-#: run as shards of ten, each with its own baseline; each shard allows one run that is not 11, and the shards
+#: Each is an experiment the judge times, so two of them and their baseline fill a device call: the stage runs
+#: as ten shards of two, each with its own baseline; a shard allows one run that is not 11, and the shards
 #: together are held to 19 of 20
-EMPTY_RUNS, EMPTY_SHARD_RUNS = 20, 10
+EMPTY_RUNS, EMPTY_SHARD_RUNS = 20, 2
 EMPTY_SHARDS = tuple((f"{start}-{start + EMPTY_SHARD_RUNS - 1}",
                       ("--runs", str(EMPTY_SHARD_RUNS), "--min-discards", str(EMPTY_SHARD_RUNS - 1)))
                      for start in range(1, EMPTY_RUNS + 1, EMPTY_SHARD_RUNS))
@@ -486,20 +500,41 @@ def empty_across_shards(results: dict[str, dict[str, Any]]) -> list[str]:
             "must be"]
 
 
-#: the attacks stage: eight attacks and an empty commit, each judged on the DiT lane after a baseline (about
-#: 57 s a run on an H100: all of them outlast a device call), as two shards with a baseline each
-ATTACK_SHARDS = (("1-5", ("--pick", "1-5")), ("6-9", ("--pick", "6-9")))
+#: the attacks stage: eight attacks and an empty commit, each judged on the DiT lane after a baseline: the first
+#: seven are caught while the judge times them, the forged evidence and the empty commit are timed in full (11);
+#: three shards, each with its baseline within a device call
+ATTACK_SHARDS = (("1-4", ("--pick", "1-4")), ("5-7", ("--pick", "5-7")), ("8-9", ("--pick", "8-9")))
 
 
 #: the loop stage, a shard per part of the loop (agent_loop_check.PARTS), each after a baseline of its own: the
-#: verdicts never ask for the adaLN kernels, so a change to kernels/ re-runs only the honest candidate's part;
-#: the judge's cost is judged over both parts' runs
+#: empty commit and the verdicts never ask for the adaLN kernels, so a change to kernels/ re-runs only the honest
+#: candidate's part; the judge's cost is judged over the parts' runs
 LOOP_SHARDS = tuple((part, ("--part", part)) for part in agent_loop_check.PARTS)
 
 
-#: the classes stage, a shard per lane: the DiT lane's eight candidates and the kernel lane's three, each lane
-#: with its own baseline, together longer than a device call
-CLASSES_SHARDS = (("dit", ("--lane", "dit")), ("kernels", ("--lane", "kernels")))
+#: the classes stage: the DiT lane's eight candidates in four shards (the fp8 candidate is two timed experiments:
+#: a speedup first, then fp8 on top) and the kernel lane's three, each shard with a baseline of its lane
+CLASSES_SHARDS = (("dit-1-3", ("--lane", "dit", "--pick", "1-3")), ("dit-4-5", ("--lane", "dit", "--pick", "4-5")),
+                  ("dit-6", ("--lane", "dit", "--pick", "6")), ("dit-7-8", ("--lane", "dit", "--pick", "7-8")),
+                  ("kernels", ("--lane", "kernels")))
+
+#: each shard's estimated seconds on an H100, before the check has timed it (``JUDGED_STEP_S``)
+SHARD_ESTIMATE_S = {
+    "loop[empty]": judged_steps_s("baseline", "plain", "timed", "plain"),
+    "loop[verdicts]": judged_steps_s("baseline", "timed", "refused", "refused", "refused"),
+    "loop[kernels]": judged_steps_s("baseline", "build", "plain", "timed", "plain"),
+    "attacks[1-4]": judged_steps_s("baseline", "caught", "caught", "caught", "caught"),
+    "attacks[5-7]": judged_steps_s("baseline", "caught", "caught", "caught"),
+    "attacks[8-9]": judged_steps_s("baseline", "timed", "timed"),
+    **{f"empty[{name}]": judged_steps_s("baseline", *["timed"] * EMPTY_SHARD_RUNS) for name, _ in EMPTY_SHARDS},
+    # fp16 and TF32 timed, the scaled logits refused; the fewest steps timed, the most refused; a speedup and
+    # fp8 on it; int8 timed, int4 refused; the fused seam timed, the gateless one refused, an empty commit timed
+    "classes[dit-1-3]": judged_steps_s("baseline", "timed", "timed", "refused"),
+    "classes[dit-4-5]": judged_steps_s("baseline", "timed", "refused"),
+    "classes[dit-6]": judged_steps_s("baseline", "timed", "timed"),
+    "classes[dit-7-8]": judged_steps_s("baseline", "timed", "refused"),
+    "classes[kernels]": judged_steps_s("baseline", "timed", "refused", "timed"),
+}
 
 
 def _source(*functions: Callable[..., Any]) -> str:

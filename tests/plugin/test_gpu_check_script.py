@@ -300,13 +300,17 @@ def test_the_plan_packs_the_debt_into_device_calls_with_their_set_up(stand_in, g
     assert "5 units of t, bench, loop to run on a GPU" in out and f"call 2, about {long + gpu_check.CALL_SETUP_S:.0f} s" in out
 
 
+#: twenty empty commits as two shards of ten (the empty stage's own shards are smaller; the mechanism is the same)
+SHARDS_OF_TEN = tuple((f"{start}-{start + 9}", ("--runs", "10", "--min-discards", "9")) for start in (1, 11))
+
+
 def test_a_stage_longer_than_a_call_runs_in_shards_judged_together(stand_in, gpu_record, gpu_stages, capsys,
                                                                    monkeypatch) -> None:
-    """Twenty empty commits outlast a device call: the stage runs as shards of ten (a unit each, packed into
-    calls of their own, each run with its own arguments), and its rule holds over the shards together: one run
-    that is not 11 in each shard passes each shard, but 18 of 20 fails the stage."""
+    """Twenty empty commits outlast a device call: the stage runs as shards (here two of ten: a unit each, packed
+    into calls of their own, each run with its own arguments), and its rule holds over the shards together: one
+    run that is not 11 in each shard passes each shard, but 18 of 20 fails the stage."""
     soak = gpu_record.Stage("soak", "whole", ("loop.py",), "python loop.py", 400, "rule",
-                            shards=gpu_stages.EMPTY_SHARDS, across_shards=gpu_stages.empty_across_shards)
+                            shards=SHARDS_OF_TEN, across_shards=gpu_stages.empty_across_shards)
     stand_in.stages.append(soak)
     stand_in.gpu_check.BY_NAME["soak"] = soak  # the stand-in's own table (monkeypatched, restored after the test)
     monkeypatch.setitem(READS, "soak", ["loop.py", "src/lib/judge.py"])
@@ -650,7 +654,7 @@ def test_a_shard_is_not_started_once_too_little_of_the_call_is_left(gpu_check, g
     import time
 
     soak = gpu_record.Stage("soak", "whole", ("loop.py",), "python loop.py", 400, "rule",
-                            shards=gpu_stages.EMPTY_SHARDS, across_shards=gpu_stages.empty_across_shards)
+                            shards=SHARDS_OF_TEN, across_shards=gpu_stages.empty_across_shards)
     ran = []
 
     def first_shard_uses_the_call(stage, unit, *args):
