@@ -34,6 +34,27 @@ def test_every_region_has_a_bound_per_class() -> None:
         assert found[name].audit_bound("approximate") is None and found[name].audit_bound("quantization") is None
 
 
+def test_the_cpu_regions_run_only_where_the_xl_regions_cannot(monkeypatch) -> None:
+    """On a GPU that runs the XL regions, the tiny CPU regions are skipped (they would dilute the objective's
+    geometric mean and lengthen every judged run); on a CPU, or a GPU too small for XL, they are what is timed."""
+    import torch
+
+    found = regions()
+    assert found["tiny"].skip is found["tiny-sampling"].skip
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert found["tiny"].skip() is None and found["xl"].skip() == "needs a CUDA GPU"
+
+    class Props:
+        name, total_memory = "a big GPU", 80 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_properties", lambda index: Props)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: True)
+    assert found["xl"].skip() is None and "XL regions" in found["tiny"].skip()
+    Props.total_memory = 8 * 2**30  # too small for XL: the tiny regions are timed instead
+    assert found["xl"].skip().startswith("needs 20 GB") and found["tiny"].skip() is None
+
+
 def test_a_region_refuses_a_bound_outside_a_fraction() -> None:
     def build(impl):
         return lambda x: x
