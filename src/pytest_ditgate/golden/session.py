@@ -21,7 +21,7 @@ from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
 from pytest_ditgate.golden.names import match_names
 from pytest_ditgate.golden.quality_inputs import PROVENANCE_KEY, disagreement, frozen_record, quality_record
 from pytest_ditgate.golden.report import shown_names
-from pytest_ditgate.golden.store import GoldenStore, sha256_bytes, validate_name
+from pytest_ditgate.golden.store import LINK_HINT, GoldenIntegrityError, GoldenStore, sha256_bytes, validate_name
 
 if TYPE_CHECKING:
     import torch
@@ -159,7 +159,10 @@ class GoldenSession:
             entry = manifest.get(name, step.key)
             if entry is None:
                 continue
-            hit = GoldenHit(name, self.store.read(entry), key, step, entry)
+            current, tensors = self.store.read_current(entry)
+            if current != entry:  # a concurrent freeze replaced it since this run read the manifest
+                self._manifest = None
+            hit = GoldenHit(name, tensors, key, step, current)
             if hit.fallback:
                 self.fallbacks.append((nodeid, name, key, step.key))
             return hit
@@ -248,6 +251,11 @@ class GoldenSession:
         manifest does not list is never replaced: the test fails naming it (it may be someone's work)."""
         __tracebackhide__ = True
         path = self.store.location(name, key)
+        escape = self.store.escape(path)
+        if escape is not None:
+            raise GateFailure("golden_integrity", f"golden {name!r} for {key} was not frozen: {escape}, and goldens "
+                                                  "are written only inside the store (a read refuses a file "
+                                                  f"elsewhere); {LINK_HINT}")
         if path.is_dir():
             raise GateFailure("golden_integrity", f"golden {name!r} for {key}: {path} is a folder, where its golden "
                                                   "file goes; move it away")
@@ -316,9 +324,12 @@ class GoldenSession:
     def _refusal(self, manifest: Manifest, write: PendingWrite) -> str | None:
         """Why a queued freeze must not be written (``""``: silently skip, the same golden is already there),
         or None to write it. Refreeze always writes."""
+        entry = write.entry
+        escape = self.store.escape(self.store.root / entry.file)
+        if escape is not None:  # a link made since the check queued it
+            return f"golden {entry.id!r} was not written: {escape}; {LINK_HINT}"
         if self.mode != "freeze" or write.overwrite:
             return None
-        entry = write.entry
         current = manifest.get(entry.name, entry.key)
         if current is not None:
             if current.sha256 == entry.sha256 or self._same_tensors(current, write.data):
