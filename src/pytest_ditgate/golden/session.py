@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from pytest_ditgate.arguments import clip, describe
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.fsutil import lock_for
-from pytest_ditgate.golden.comparator import TensorComparator
+from pytest_ditgate.golden.comparator import Comparison, TensorComparator
 from pytest_ditgate.golden.frozen_with import disagreement as metadata_disagreement
 from pytest_ditgate.golden.keys import KeyStep, fallback_chain, is_machine_key, validate_key
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
@@ -227,8 +227,7 @@ class GoldenSession:
             shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
             comparison = _compared(compare, shared, shared_hit, name, allow_dtype_change)
         if names or not bool(getattr(comparison, "passed", False)):
-            lines = [] if comparison is None else (
-                [clip(line) for line in comparison.lines()] if hasattr(comparison, "lines") else [describe(comparison)])
+            lines = [] if comparison is None else _comparison_lines(comparison)
             if not_compared:
                 lines.append(_not_compared_line(not_compared))
             raise GateFailure("golden_mismatch", f"{hit.describe()} does not match:\n  " + "\n  ".join(lines + names),
@@ -414,6 +413,16 @@ def _stale_inputs(hit: GoldenHit, metadata: Mapping[str, Any], frozen_with: tupl
     reasons = (metadata_disagreement(metadata, frozen if isinstance(frozen, Mapping) else {}, frozen_with),
                disagreement(quality_record(quality_inputs), frozen_record(hit.entry.provenance), judged))
     return "; ".join(reason for reason in reasons if reason) or None
+
+
+def _comparison_lines(comparison: Any) -> list[str]:
+    """A failed comparison as message lines: the default comparator's whole (each is bounded and ends with its
+    remedy), another comparator's clipped, one without ``lines()`` described by type."""
+    if isinstance(comparison, Comparison):
+        return comparison.lines()
+    if hasattr(comparison, "lines"):
+        return [clip(line) for line in comparison.lines()]
+    return [describe(comparison)]
 
 
 def _not_compared_line(names: tuple[str, ...]) -> str:
