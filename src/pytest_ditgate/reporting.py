@@ -130,7 +130,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     ours = (GateFailure, DitgateUsageError)
     value = excinfo.value if excinfo is not None else None
     failure = value if isinstance(value, ours) else None
-    if value is not None and not item.config.getoption("fulltrace", False):
+    fulltrace = item.config.getoption("fulltrace", False)
+    message_only = failure is not None and not fulltrace and not _has_user_frame(excinfo.tb)
+    if value is not None and not fulltrace:
         if failure is not None:
             _drop_plugin_tail(excinfo.tb)
         elif user_code_of(value) is not None:
@@ -139,6 +141,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
             excinfo.traceback = excinfo.traceback.__class__(excinfo.tb)
             _trim_user_code(value)
     report = yield
+    if message_only and report.longrepr is not None:  # raised by a fixture of the plugin (its teardown)
+        report.longrepr = excinfo.getrepr(style="value")
     crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
     if failure is not None and crash is not None:
         crash.message = str(failure)

@@ -1,8 +1,10 @@
 """One run's golden bookkeeping: lookups with the fallback chain, queued writes, usage for orphans.
 
-Goldens are never written while tests run: ``freeze``/``refreeze`` queue writes and :meth:`finish`
-flushes them once, merging into the manifest on disk under its file lock (so pytest-xdist workers,
-which each flush their own queue, never lose each other's entries). In ``check`` mode nothing is written.
+Goldens are never written while a test runs: ``freeze``/``refreeze`` queue writes, and :meth:`flush` writes
+them when the test ends (the ``golden`` fixture's teardown, so that a write refused or failed errors that
+test), merging into the manifest on disk under its file lock (so pytest-xdist workers, which each flush their
+own queue, never lose each other's entries); :meth:`finish` writes what is left at the end of the run. In
+``check`` mode nothing is written.
 """
 
 from __future__ import annotations
@@ -131,14 +133,26 @@ class GoldenSession:
     written: list[str] = field(default_factory=list)
     overwritten: list[str] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
+    #: goldens this run wrote: a later check of the same name compares with them (refreeze never writes twice)
+    frozen: dict[str, PendingWrite] = field(default_factory=dict)
     _manifest: Manifest | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"golden mode must be one of {MODES}, got {self.mode!r}")
 
+    def snapshot(self) -> None:
+        """Read the manifest now, at the start of a freeze run: the run's view of the store is the store as the
+        run found it plus what it wrote, so that a name another worker froze meanwhile meets this run's value at
+        the flush, which names both tests. A corrupt manifest is left for :meth:`manifest` to report."""
+        try:
+            self.manifest()
+        except GateFailure:
+            pass
+
     def manifest(self) -> Manifest:
-        """The manifest as read at first use (a corrupt one fails every golden test, naming the file)."""
+        """The manifest as read at first use (:meth:`snapshot`), with what this run wrote; read again when a
+        lookup finds a golden replaced since (a corrupt one fails every golden test, naming the file)."""
         __tracebackhide__ = True
         if self._manifest is None:
             try:
@@ -205,13 +219,15 @@ class GoldenSession:
         if unnamed:
             raise ValueError(f"golden {name!r}: frozen_with names {', '.join(unnamed)}, which metadata does not give")
         self.used.add(name)
-        pending = self.pending.get(f"{key}/{name}")
+        ident = f"{key}/{name}"
+        pending = self.pending.get(ident) or self.frozen.get(ident)
         exists = pending is not None or self.manifest().get(name, key) is not None
         if pending is None and (self.mode == "refreeze" or (self.mode == "freeze" and not exists)):
             self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists,
                         quality=quality_record(quality_inputs))
             return GoldenResult(name, "overwritten" if exists else "written", key)
-        hit = self._queued_hit(pending, key) if pending is not None else self.lookup(name, key, nodeid=nodeid)
+        hit = (self._queued_hit(pending, key, written=ident not in self.pending) if pending is not None
+               else self.lookup(name, key, nodeid=nodeid))
         # the tensor names are checked here, for every comparator; the comparator judges the shared ones
         matched = match_names(hit.tensors, tensors, optional)
         names, not_compared = matched.failures(), matched.not_compared
@@ -236,12 +252,14 @@ class GoldenSession:
             self.not_compared.append((nodeid, name, not_compared))
         return GoldenResult(name, "matched", key, hit, comparison, not_compared)
 
-    def _queued_hit(self, pending: PendingWrite, key: str) -> GoldenHit:
-        """The golden an earlier check of this run queued, as a lookup would find it once written."""
+    def _queued_hit(self, pending: PendingWrite, key: str, *, written: bool) -> GoldenHit:
+        """The golden an earlier check of this run froze (queued, or ``written`` when its test ended), as a
+        lookup finds it once written."""
         entry = pending.entry
         who = entry.provenance.get("test") or "an earlier check"
+        state = "" if written else ", not yet written"
         return GoldenHit(entry.name, self.store.serializer.deserialize(pending.data), key, KeyStep(key, 1.0, "exact"),
-                         entry, source=f"frozen earlier in this run by {who}, not yet written")
+                         entry, source=f"frozen earlier in this run by {who}{state}")
 
     # -- writes ----------------------------------------------------------------------------------
     def _queue(self, name: str, key: str, tensors: Mapping[str, Any], *, nodeid: str,
@@ -275,6 +293,16 @@ class GoldenSession:
         entry = GoldenEntry(name=name, key=key, file=self.store.relative(name, key), sha256=sha256_bytes(data),
                             size=len(data), tensors=serializer.describe(tensors), provenance=provenance)
         self.pending[entry.id] = PendingWrite(entry, data, overwrite)
+
+    def flush(self) -> list[str]:
+        """Write what the checks of the test that just ended queued: the ``golden`` fixture calls it when its
+        test ends, so that a golden that could not be written (another worker froze another value first, a
+        read-only store) fails that test. The errors of this flush, also kept in ``write_errors``."""
+        if self.mode == "check" or not self.pending:
+            return []
+        before = len(self.write_errors)
+        self.finish()
+        return self.write_errors[before:]
 
     def finish(self) -> None:
         """Flush queued writes: files first, then the manifest merged under its lock. Never raises on I/O.
@@ -314,11 +342,14 @@ class GoldenSession:
                 journal.end(self.store.root)
                 for ident, write in writes:
                     (self.overwritten if write.overwrite else self.written).append(ident)
-        except (OSError, ManifestError) as exc:
-            self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}")
+                    self.frozen[ident] = write
+                    if self._manifest is not None:
+                        self._manifest.put(write.entry)
+        except (OSError, ManifestError, GoldenIntegrityError) as exc:
+            self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}; make the golden folder "
+                                     "writable (its key folders real folders inside it), then freeze again")
         finally:
             self.pending.clear()
-            self._manifest = None
 
     def _refusal(self, manifest: Manifest, write: PendingWrite) -> str | None:
         """Why a queued freeze must not be written (``""``: silently skip, the same golden is already there),
