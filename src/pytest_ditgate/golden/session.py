@@ -205,8 +205,8 @@ class GoldenSession:
         cannot produce); they are listed in the result's ``not_compared``. Every other golden tensor is
         required, and a candidate tensor the golden lacks fails too: no silent drops.
 
-        A golden another check of this run queued (two tests, or one test twice, freezing one name) is not
-        queued again: the check compares with it, as it would with the stored golden in a later run.
+        A golden another check of this run queued or wrote (two tests, or one test twice, freezing one name) is
+        not queued again: the check compares with it, as it would with the stored golden in a later run.
         ``allow_dtype_change``: the default comparator judges a candidate whose dtype differs from the
         golden's at the coarser dtype's limits; without it a dtype change fails.
         """
@@ -305,7 +305,8 @@ class GoldenSession:
         return self.write_errors[before:]
 
     def finish(self) -> None:
-        """Flush queued writes: files first, then the manifest merged under its lock. Never raises on I/O.
+        """Flush queued writes (:meth:`flush` after each test; at the end of the run, what is left): files
+        first, then the manifest merged under its lock. Never raises on I/O: errors go to ``write_errors``.
 
         Under the lock, temporary files of killed writes are removed first. ``--ditgate-freeze`` never
         replaces a file it did not write in this run: a golden another run froze meanwhile is kept (a
