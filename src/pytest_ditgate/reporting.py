@@ -1,6 +1,8 @@
 """How a gate's failure reads in pytest's report, for every gate (``kernel_check``, ``ditbench``, ``golden``,
 ``quality_gate``): a :class:`~pytest_ditgate.errors.GateFailure` or ``DitgateUsageError`` shows the user's
-code and the message, without the plugin's own frames, and the short summary line starts with ``[reason]``.
+code and the message, without the plugin's own frames (nor pluggy's between them, where the plugin calls its
+own hook: their arguments are the tensors), and the short summary line starts with ``[reason]``; one raised
+where no code of the user's runs (the ``golden`` fixture's teardown) shows as its message alone.
 An exception raised by the user's own code inside a gate (a reference, ``make_inputs``, a timed function:
 marked by :func:`pytest_ditgate.arguments.raised_by`) shows that code's traceback, without the plugin's
 frames between the test and it. A test that fails because a device profile claims a GPU this machine does
@@ -22,10 +24,39 @@ _NO_CUDA = ("Found no NVIDIA driver", "Torch not compiled with CUDA enabled", "N
             "CUDA driver version is insufficient for CUDA runtime version")
 
 
+def _in_package(tb: Any, module_file: str) -> bool:
+    """Whether a traceback frame runs code of the package whose ``__init__``/module file is ``module_file``."""
+    package = os.path.dirname(os.path.abspath(module_file))
+    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
+
+
 def _in_plugin(tb: Any) -> bool:
     """Whether a traceback frame runs code of the installed pytest_ditgate package."""
-    package = os.path.dirname(os.path.abspath(__file__))
-    return os.path.abspath(tb.tb_frame.f_code.co_filename).startswith(package + os.sep)
+    return _in_package(tb, __file__)
+
+
+def _internal(chain: list[Any]) -> list[bool]:
+    """For each frame of ``chain``, whether it is the plugin's own: a pytest_ditgate frame, or one of pluggy's
+    between two of them (the plugin calling its own hook, ``pytest_ditgate_golden_check``: pluggy's frames
+    would show the hook's arguments, the tensors' values among them). Pluggy's frames next to a frame of
+    someone else's (a hook implementation of the user's that raised) are kept."""
+    import pluggy
+
+    ours = [_in_plugin(entry) for entry in chain]
+    hooks = [_in_package(entry, pluggy.__file__) for entry in chain]
+    internal = list(ours)
+    start = None
+    for index in range(len(chain) + 1):
+        if index < len(chain) and hooks[index]:
+            start = index if start is None else start
+            continue
+        if start is not None:
+            before = start > 0 and ours[start - 1]
+            after = index == len(chain) or ours[index]
+            if before and after:
+                internal[start:index] = [True] * (index - start)
+            start = None
+    return internal
 
 
 def _entries(tb: Any) -> list[Any]:
@@ -41,17 +72,29 @@ def _drop_plugin_tail(tb: Any) -> None:
     keeping at least the first frame. pytest rebuilds tracebacks from the raw chain, so hiding has to
     happen there."""
     chain = _entries(tb)
+    internal = _internal(chain)
     cut = len(chain)
-    while cut > 1 and _in_plugin(chain[cut - 1]):
+    while cut > 1 and internal[cut - 1]:
         cut -= 1
     if cut < len(chain):
         chain[cut - 1].tb_next = None
 
 
+def _has_user_frame(tb: Any) -> bool:
+    """Whether the traceback holds a frame of anything but the plugin, pytest and pluggy: a gate failure raised
+    where no code of the user's runs (the teardown of the ``golden`` fixture) is shown as its message alone."""
+    import _pytest
+    import pluggy
+
+    return any(not (_in_plugin(entry) or _in_package(entry, _pytest.__file__) or _in_package(entry, pluggy.__file__))
+               for entry in _entries(tb))
+
+
 def _without_plugin_frames(tb: Any) -> Any:
-    """The traceback chain relinked without the plugin's frames (at least one frame kept); returns its head."""
+    """The traceback chain relinked without the plugin's frames (pluggy's between them too: :func:`_internal`;
+    at least one frame kept); returns its head."""
     chain = _entries(tb)
-    kept = [entry for entry in chain if not _in_plugin(entry)] or chain[:1]
+    kept = [entry for entry, internal in zip(chain, _internal(chain)) if not internal] or chain[:1]
     for entry, following in zip(kept, kept[1:] + [None]):
         entry.tb_next = following
     return kept[0] if kept else tb
@@ -87,7 +130,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
     ours = (GateFailure, DitgateUsageError)
     value = excinfo.value if excinfo is not None else None
     failure = value if isinstance(value, ours) else None
-    if value is not None and not item.config.getoption("fulltrace", False):
+    fulltrace = item.config.getoption("fulltrace", False)
+    message_only = failure is not None and not fulltrace and not _has_user_frame(excinfo.tb)
+    if value is not None and not fulltrace:
         if failure is not None:
             _drop_plugin_tail(excinfo.tb)
         elif user_code_of(value) is not None:
@@ -96,6 +141,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):
             excinfo.traceback = excinfo.traceback.__class__(excinfo.tb)
             _trim_user_code(value)
     report = yield
+    if message_only and report.longrepr is not None:  # raised by a fixture of the plugin (its teardown)
+        report.longrepr = excinfo.getrepr(style="value")
     crash = getattr(getattr(report, "longrepr", None), "reprcrash", None)
     if failure is not None and crash is not None:
         crash.message = str(failure)

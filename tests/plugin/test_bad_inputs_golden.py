@@ -59,7 +59,8 @@ def test_a_manifest_file_field_never_leads_outside(tmp_path: Path) -> None:
     (tmp_path / "secret.safetensors").write_bytes(b"x")
     (tmp_path / "golden" / "cpu" / "a.safetensors").symlink_to(tmp_path / "secret.safetensors")
     entry = Manifest.load(_write_manifest(store, _entry())).entries["cpu/a"]
-    with pytest.raises(GateFailure, match=r"\[golden_integrity\].*names file 'cpu/a.safetensors'; it must be"):
+    with pytest.raises(GateFailure, match=r"\[golden_integrity\] golden 'cpu/a': its file .*a.safetensors resolves outside "
+                                          ".* through the symlink"):
         store.read(entry)
     other = Manifest.load(_write_manifest(store, _entry(file="cpu/b.safetensors"))).entries["cpu/a"]
     with pytest.raises(GateFailure, match="names file 'cpu/b.safetensors'; it must be 'cpu/a.safetensors'"):

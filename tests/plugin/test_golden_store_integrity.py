@@ -55,7 +55,7 @@ def test_two_tests_freezing_one_name_are_compared_with_each_other(pytester: pyte
     result = run(pytester, "--ditgate-freeze")
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines(["E   *GateFailure: [[]golden_mismatch[]] golden 'shared' for cpu (frozen earlier in this "
-                                 "run by test_gold.py::test_first, not yet written) does not match:"])
+                                 "run by test_gold.py::test_first) does not match:"])
     assert "golden_missing" not in result.stdout.str()
 
 

@@ -14,10 +14,14 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Mapping, Protocol
 
+from pytest_ditgate.arguments import clip
 from pytest_ditgate.dtypes import dtype_name, least_precise
 
 if TYPE_CHECKING:
     import torch
+
+#: the longest tensor name a line shows whole
+NAME_LIMIT = 80
 
 #: dtype -> (relative L2 limit, relative max-error limit) at tolerance scale 1
 DEFAULT_LIMITS: dict[str, tuple[float, float]] = {
@@ -51,10 +55,13 @@ class TensorDiff:
     note: str = ""
 
     def line(self) -> str:
+        """One line, bounded by construction (the tensor's name clipped), so that a failure message keeps the
+        whole note: its remedy comes last."""
         verdict = "ok  " if self.passed else "FAIL"
+        name = clip(self.name, NAME_LIMIT)
         if self.note:
-            return f"{verdict} {self.name}: {self.note}"
-        return (f"{verdict} {self.name}: rel_l2 {self.rel_l2:.3e} (limit {self.limit_rel_l2:.1e}), "
+            return f"{verdict} {name}: {self.note}"
+        return (f"{verdict} {name}: rel_l2 {self.rel_l2:.3e} (limit {self.limit_rel_l2:.1e}), "
                 f"rel_max {self.rel_max:.3e} (limit {self.limit_rel_max:.1e})")
 
 

@@ -2,8 +2,9 @@
 
 ``--ditgate-freeze`` writes goldens that are missing for the current device key; ``--ditgate-refreeze``
 overwrites (and says so loudly); a normal ``--ditgate`` run never writes and fails a test whose golden
-is missing. Under pytest-xdist each worker flushes its own writes (merged into the manifest under a
-file lock) and reports its usage to the controller, which lists orphans.
+is missing. What a test froze is written when that test ends, and a golden that cannot be written errors
+that test. Under pytest-xdist each worker writes its own (merged into the manifest under a file lock) and
+reports its usage to the controller, which lists orphans.
 """
 
 from __future__ import annotations
@@ -99,6 +100,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
     session = GoldenSession(GoldenStore(golden_dir(config, mode)), mode=mode, provenance=_provenance_factory(config))
     config.stash[golden_session_key] = GoldenPluginState(session, Path(config.rootpath))
+    if mode != "check":  # before any test of any worker writes: a conflict then always meets at the flush
+        session.snapshot()
     if mode == "refreeze" and not get_context(config).is_xdist_worker:
         config.issue_config_time_warning(pytest.PytestWarning(
             f"ditgate: --ditgate-refreeze will OVERWRITE existing goldens in {session.store.root}"), stacklevel=2)
@@ -130,10 +133,20 @@ def pytest_runtest_call(item: pytest.Item) -> None:
 
 @pytest.fixture
 def golden(request: pytest.FixtureRequest):
-    """Golden-store access for this test: ``golden.check(name, tensors)`` and ``golden.load(name)``."""
+    """Golden-store access for this test: ``golden.check(name, tensors)`` and ``golden.load(name)``. Under
+    ``--ditgate-freeze``/``--ditgate-refreeze`` what the test froze is written when it ends; a golden that
+    could not be written (another worker froze another value first, a read-only store) errors this test in
+    its teardown (``golden_not_written``), so that every report of the run, JUnit's too, names it."""
+    __tracebackhide__ = True
     from pytest_ditgate.golden.fixture import Golden
 
-    return Golden(request.config.stash[golden_session_key].session, request.node.nodeid, hook=request.config.hook)
+    session = request.config.stash[golden_session_key].session
+    yield Golden(session, request.node.nodeid, hook=request.config.hook)
+    errors = session.flush()
+    if errors:
+        from pytest_ditgate.errors import GateFailure
+
+        raise GateFailure("golden_not_written", "\n  ".join(errors))
 
 
 @pytest.hookimpl(trylast=True)
@@ -145,7 +158,7 @@ def pytest_ditgate_golden_check(check: Any) -> Any:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    """Flush queued writes (a failed write fails the run); workers hand usage to the controller."""
+    """Flush writes still queued (a failed write fails the run); workers hand usage to the controller."""
     config = session.config
     state = _state(config)
     if state is None:

@@ -25,6 +25,8 @@ from typing import Any
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
 
 JOURNAL_NAME = ".freeze-journal.json"
+#: what to do with a journal that cannot be read (it is only ever written whole: someone edited it)
+REMEDY = "remove it, then freeze again"
 
 
 def journal_path(root: Path) -> Path:
@@ -46,19 +48,23 @@ def end(root: Path) -> None:
 
 
 def journaled(root: Path) -> list[GoldenEntry]:
-    """The entries of an interrupted flush (empty when there is none). A journal that cannot be read is a
-    ManifestError naming it: it is only ever written whole, so someone edited it."""
+    """The entries of an interrupted flush (empty when there is none). A journal that cannot be read, or holds
+    a malformed entry, is a ManifestError naming it and saying what to do: it is only ever written whole, so
+    someone edited it."""
     path = journal_path(root)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:
-        raise ManifestError(f"{path}: the freeze journal cannot be read ({exc}); remove it, then freeze again") from None
+        raise ManifestError(f"{path}: the freeze journal cannot be read ({exc}); {REMEDY}") from None
     raw = data.get("entries") if isinstance(data, dict) else None
     if not isinstance(raw, list):
-        raise ManifestError(f"{path}: the freeze journal must hold a list of entries; remove it, then freeze again")
-    return [GoldenEntry.from_dict(item, f"{path} entry {index}") for index, item in enumerate(raw)]
+        raise ManifestError(f"{path}: the freeze journal must hold a list of entries; {REMEDY}")
+    try:
+        return [GoldenEntry.from_dict(item, f"{path} entry {index}") for index, item in enumerate(raw)]
+    except ManifestError as exc:
+        raise ManifestError(f"{exc}; {REMEDY}") from None
 
 
 def with_completed(store: Any, manifest: Manifest) -> Manifest:

@@ -1,8 +1,10 @@
 """One run's golden bookkeeping: lookups with the fallback chain, queued writes, usage for orphans.
 
-Goldens are never written while tests run: ``freeze``/``refreeze`` queue writes and :meth:`finish`
-flushes them once, merging into the manifest on disk under its file lock (so pytest-xdist workers,
-which each flush their own queue, never lose each other's entries). In ``check`` mode nothing is written.
+Goldens are never written while a test runs: ``freeze``/``refreeze`` queue writes, and :meth:`flush` writes
+them when the test ends (the ``golden`` fixture's teardown, so that a write refused or failed errors that
+test), merging into the manifest on disk under its file lock (so pytest-xdist workers, which each flush their
+own queue, never lose each other's entries); :meth:`finish` writes what is left at the end of the run. In
+``check`` mode nothing is written.
 """
 
 from __future__ import annotations
@@ -14,14 +16,14 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from pytest_ditgate.arguments import clip, describe
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 from pytest_ditgate.fsutil import lock_for
-from pytest_ditgate.golden.comparator import TensorComparator
+from pytest_ditgate.golden.comparator import Comparison, TensorComparator
 from pytest_ditgate.golden.frozen_with import disagreement as metadata_disagreement
 from pytest_ditgate.golden.keys import KeyStep, fallback_chain, is_machine_key, validate_key
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
 from pytest_ditgate.golden.names import match_names
 from pytest_ditgate.golden.quality_inputs import PROVENANCE_KEY, disagreement, frozen_record, quality_record
 from pytest_ditgate.golden.report import shown_names
-from pytest_ditgate.golden.store import GoldenStore, sha256_bytes, validate_name
+from pytest_ditgate.golden.store import LINK_HINT, GoldenIntegrityError, GoldenStore, sha256_bytes, validate_name
 
 if TYPE_CHECKING:
     import torch
@@ -131,14 +133,26 @@ class GoldenSession:
     written: list[str] = field(default_factory=list)
     overwritten: list[str] = field(default_factory=list)
     write_errors: list[str] = field(default_factory=list)
+    #: goldens this run wrote: a later check of the same name compares with them (refreeze never writes twice)
+    frozen: dict[str, PendingWrite] = field(default_factory=dict)
     _manifest: Manifest | None = None
 
     def __post_init__(self) -> None:
         if self.mode not in MODES:
             raise ValueError(f"golden mode must be one of {MODES}, got {self.mode!r}")
 
+    def snapshot(self) -> None:
+        """Read the manifest now, at the start of a freeze run: the run's view of the store is the store as the
+        run found it plus what it wrote, so that a name another worker froze meanwhile meets this run's value at
+        the flush, which names both tests. A corrupt manifest is left for :meth:`manifest` to report."""
+        try:
+            self.manifest()
+        except GateFailure:
+            pass
+
     def manifest(self) -> Manifest:
-        """The manifest as read at first use (a corrupt one fails every golden test, naming the file)."""
+        """The manifest as read at first use (:meth:`snapshot`), with what this run wrote; read again when a
+        lookup finds a golden replaced since (a corrupt one fails every golden test, naming the file)."""
         __tracebackhide__ = True
         if self._manifest is None:
             try:
@@ -159,7 +173,10 @@ class GoldenSession:
             entry = manifest.get(name, step.key)
             if entry is None:
                 continue
-            hit = GoldenHit(name, self.store.read(entry), key, step, entry)
+            current, tensors = self.store.read_current(entry)
+            if current != entry:  # a concurrent freeze replaced it since this run read the manifest
+                self._manifest = None
+            hit = GoldenHit(name, tensors, key, step, current)
             if hit.fallback:
                 self.fallbacks.append((nodeid, name, key, step.key))
             return hit
@@ -188,8 +205,8 @@ class GoldenSession:
         cannot produce); they are listed in the result's ``not_compared``. Every other golden tensor is
         required, and a candidate tensor the golden lacks fails too: no silent drops.
 
-        A golden another check of this run queued (two tests, or one test twice, freezing one name) is not
-        queued again: the check compares with it, as it would with the stored golden in a later run.
+        A golden another check of this run queued or wrote (two tests, or one test twice, freezing one name) is
+        not queued again: the check compares with it, as it would with the stored golden in a later run.
         ``allow_dtype_change``: the default comparator judges a candidate whose dtype differs from the
         golden's at the coarser dtype's limits; without it a dtype change fails.
         """
@@ -202,13 +219,15 @@ class GoldenSession:
         if unnamed:
             raise ValueError(f"golden {name!r}: frozen_with names {', '.join(unnamed)}, which metadata does not give")
         self.used.add(name)
-        pending = self.pending.get(f"{key}/{name}")
+        ident = f"{key}/{name}"
+        pending = self.pending.get(ident) or self.frozen.get(ident)
         exists = pending is not None or self.manifest().get(name, key) is not None
         if pending is None and (self.mode == "refreeze" or (self.mode == "freeze" and not exists)):
             self._queue(name, key, tensors, nodeid=nodeid, metadata=metadata, overwrite=exists,
                         quality=quality_record(quality_inputs))
             return GoldenResult(name, "overwritten" if exists else "written", key)
-        hit = self._queued_hit(pending, key) if pending is not None else self.lookup(name, key, nodeid=nodeid)
+        hit = (self._queued_hit(pending, key, written=ident not in self.pending) if pending is not None
+               else self.lookup(name, key, nodeid=nodeid))
         # the tensor names are checked here, for every comparator; the comparator judges the shared ones
         matched = match_names(hit.tensors, tensors, optional)
         names, not_compared = matched.failures(), matched.not_compared
@@ -224,8 +243,7 @@ class GoldenSession:
             shared_hit = replace(hit, tensors={n: t for n, t in hit.tensors.items() if n in shared})
             comparison = _compared(compare, shared, shared_hit, name, allow_dtype_change)
         if names or not bool(getattr(comparison, "passed", False)):
-            lines = [] if comparison is None else (
-                [clip(line) for line in comparison.lines()] if hasattr(comparison, "lines") else [describe(comparison)])
+            lines = [] if comparison is None else _comparison_lines(comparison)
             if not_compared:
                 lines.append(_not_compared_line(not_compared))
             raise GateFailure("golden_mismatch", f"{hit.describe()} does not match:\n  " + "\n  ".join(lines + names),
@@ -234,12 +252,14 @@ class GoldenSession:
             self.not_compared.append((nodeid, name, not_compared))
         return GoldenResult(name, "matched", key, hit, comparison, not_compared)
 
-    def _queued_hit(self, pending: PendingWrite, key: str) -> GoldenHit:
-        """The golden an earlier check of this run queued, as a lookup would find it once written."""
+    def _queued_hit(self, pending: PendingWrite, key: str, *, written: bool) -> GoldenHit:
+        """The golden an earlier check of this run froze (queued, or ``written`` when its test ended), as a
+        lookup finds it once written."""
         entry = pending.entry
         who = entry.provenance.get("test") or "an earlier check"
+        state = "" if written else ", not yet written"
         return GoldenHit(entry.name, self.store.serializer.deserialize(pending.data), key, KeyStep(key, 1.0, "exact"),
-                         entry, source=f"frozen earlier in this run by {who}, not yet written")
+                         entry, source=f"frozen earlier in this run by {who}{state}")
 
     # -- writes ----------------------------------------------------------------------------------
     def _queue(self, name: str, key: str, tensors: Mapping[str, Any], *, nodeid: str,
@@ -248,6 +268,11 @@ class GoldenSession:
         manifest does not list is never replaced: the test fails naming it (it may be someone's work)."""
         __tracebackhide__ = True
         path = self.store.location(name, key)
+        escape = self.store.escape(path)
+        if escape is not None:
+            raise GateFailure("golden_integrity", f"golden {name!r} for {key} was not frozen: {escape}, and goldens "
+                                                  "are written only inside the store (a read refuses a file "
+                                                  f"elsewhere); {LINK_HINT}")
         if path.is_dir():
             raise GateFailure("golden_integrity", f"golden {name!r} for {key}: {path} is a folder, where its golden "
                                                   "file goes; move it away")
@@ -269,8 +294,19 @@ class GoldenSession:
                             size=len(data), tensors=serializer.describe(tensors), provenance=provenance)
         self.pending[entry.id] = PendingWrite(entry, data, overwrite)
 
+    def flush(self) -> list[str]:
+        """Write what the checks of the test that just ended queued: the ``golden`` fixture calls it when its
+        test ends, so that a golden that could not be written (another worker froze another value first, a
+        read-only store) fails that test. The errors of this flush, also kept in ``write_errors``."""
+        if self.mode == "check" or not self.pending:
+            return []
+        before = len(self.write_errors)
+        self.finish()
+        return self.write_errors[before:]
+
     def finish(self) -> None:
-        """Flush queued writes: files first, then the manifest merged under its lock. Never raises on I/O.
+        """Flush queued writes (:meth:`flush` after each test; at the end of the run, what is left): files
+        first, then the manifest merged under its lock. Never raises on I/O: errors go to ``write_errors``.
 
         Under the lock, temporary files of killed writes are removed first. ``--ditgate-freeze`` never
         replaces a file it did not write in this run: a golden another run froze meanwhile is kept (a
@@ -307,18 +343,24 @@ class GoldenSession:
                 journal.end(self.store.root)
                 for ident, write in writes:
                     (self.overwritten if write.overwrite else self.written).append(ident)
-        except (OSError, ManifestError) as exc:
-            self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}")
+                    self.frozen[ident] = write
+                    if self._manifest is not None:
+                        self._manifest.put(write.entry)
+        except (OSError, ManifestError, GoldenIntegrityError) as exc:
+            self.write_errors.append(f"could not write goldens to {self.store.root}: {exc}; make the golden folder "
+                                     "writable (its key folders real folders inside it), then freeze again")
         finally:
             self.pending.clear()
-            self._manifest = None
 
     def _refusal(self, manifest: Manifest, write: PendingWrite) -> str | None:
         """Why a queued freeze must not be written (``""``: silently skip, the same golden is already there),
         or None to write it. Refreeze always writes."""
+        entry = write.entry
+        escape = self.store.escape(self.store.root / entry.file)
+        if escape is not None:  # a link made since the check queued it
+            return f"golden {entry.id!r} was not written: {escape}; {LINK_HINT}"
         if self.mode != "freeze" or write.overwrite:
             return None
-        entry = write.entry
         current = manifest.get(entry.name, entry.key)
         if current is not None:
             if current.sha256 == entry.sha256 or self._same_tensors(current, write.data):
@@ -403,6 +445,16 @@ def _stale_inputs(hit: GoldenHit, metadata: Mapping[str, Any], frozen_with: tupl
     reasons = (metadata_disagreement(metadata, frozen if isinstance(frozen, Mapping) else {}, frozen_with),
                disagreement(quality_record(quality_inputs), frozen_record(hit.entry.provenance), judged))
     return "; ".join(reason for reason in reasons if reason) or None
+
+
+def _comparison_lines(comparison: Any) -> list[str]:
+    """A failed comparison as message lines: the default comparator's whole (each is bounded and ends with its
+    remedy), another comparator's clipped, one without ``lines()`` described by type."""
+    if isinstance(comparison, Comparison):
+        return comparison.lines()
+    if hasattr(comparison, "lines"):
+        return [clip(line) for line in comparison.lines()]
+    return [describe(comparison)]
 
 
 def _not_compared_line(names: tuple[str, ...]) -> str:
