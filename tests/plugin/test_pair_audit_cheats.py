@@ -248,9 +248,9 @@ def test_a_candidate_that_changes_what_both_sides_share_fails(pytester: pytest.P
         "*[[]torch_tampered[]] ditbench.pair: torch changed while the pair ran (seen *): torch.set_num_threads(*) "
         "called; torch.set_num_threads(*) called. Both sides*",
         "*[[]timer_tampered[]] timing functions were replaced or wrapped while the calls were timed, so by the timed "
-        "code: time.perf_counter (put back*",
+        "code: time.perf_counter (the clocks and the timing modules' names are put back*",
         "*[[]timer_tampered[]] timing functions were replaced or wrapped while the calls were timed, so by the timed "
-        "code: pytest_ditgate.bench.timers.CLOCK (put back*",
+        "code: pytest_ditgate.bench.timers.CLOCK (the clocks *",
         "*[[]timer_tampered[]] ditbench.pair: refusing to time: timing functions were already replaced before it ran "
         "anything (by the test or code it imported): time.perf_counter*",
     ])

@@ -103,3 +103,18 @@ def test_the_record_says_what_was_compared() -> None:
 def test_reason_categories() -> None:
     assert REASON_CATEGORIES["torch_tampered"] is Category.INTEGRITY
     assert REASON_CATEGORIES["output_audit"] is Category.QUALITY
+
+
+def test_a_latency_batch_gets_distinct_copies_up_to_the_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a GPU each call of a latency batch is timed back to back: every one gets its own copies (no identity or
+    content repeats inside the batch), up to POOL_BYTES of them, then they are reused in turn."""
+    from pytest_ditgate.bench import audit
+    from pytest_ditgate.bench.timers import Call
+
+    x = torch.randn(256)  # 1 KiB
+    guard = audit.PairGuard([Call(torch.neg, (x,)), Call(torch.neg, (x,))])
+    batch = guard.batch(0, 8)
+    assert len({id(c.args[0]) for c in batch}) == 8 and len({c.changes for c in batch}) == 8
+    monkeypatch.setattr(audit, "POOL_BYTES", 3 * 1024)
+    batch = guard.batch(0, 8)
+    assert len({id(c.args[0]) for c in batch}) == 3 and batch[3] is batch[0]

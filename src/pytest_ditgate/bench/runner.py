@@ -55,8 +55,8 @@ def refuse_timers_tampered_while_timing(before: dict[str, Any]) -> None:
     if found:
         restore_timers(before)
         raise GateFailure("timer_tampered", "timing functions were replaced or wrapped while the calls were timed, "
-                          f"so by the timed code: {', '.join(found)} (put back; the samples were taken with the "
-                          "clocks bound before timing, and are not recorded)")
+                          f"so by the timed code: {', '.join(found)} (the clocks and the timing modules' names are "
+                          "put back; the samples, taken with the clocks bound before timing, are not recorded)")
 
 
 @dataclass(frozen=True)
