@@ -88,8 +88,9 @@ def test_pair_passes_a_real_speedup_and_fails_a_false_claim(pytester: pytest.Pyt
     result.assert_outcomes(passed=1, failed=1)
     result.stdout.fnmatch_lines([
         "*[[]too_slow[]] candidate is not faster than the reference by at least 5.0%*",
-        "test_faster: candidate / reference ratio 0.*95% CI [[]*[]] (paired-bootstrap, wall, cpu), needs <= 0.5000 PASS",
-        "test_claim_fails: candidate / reference ratio *, needs <= 0.9500 FAIL",
+        "test_faster: candidate / reference ratio 0.*95% CI [[]*[]] (paired-bootstrap, wall, cpu), needs <= 0.5000 PASS; "
+        "outputs are not tensors: not compared",
+        "test_claim_fails: candidate / reference ratio *, needs <= 0.9500 FAIL; outputs are not tensors: not compared",
     ])
     comparisons = [r for r in _ledger(pytester) if r["kind"] == "comparison"]
     assert sorted(r["passed"] for r in comparisons) == [False, True]

@@ -202,9 +202,9 @@ def test_ditbench_hands_the_eager_twin_to_the_profiler_with_the_calls_arguments(
     seen: list = []
     bench = _bench(seen)
     bench(work, 100, step=2, reps=3, warmup=1, profile=True, profile_eager=work)
-    bench.pair(work, work, 100, step=3, rounds=4, warmup=1, min_speedup=None, profile=True,
+    bench.pair(work, work, 100, step=3, rounds=10, warmup=1, min_speedup=None, profile=True,
                profile_eager=(None, work))
-    bench.pair(work, work, 100, rounds=4, warmup=1, min_speedup=None, profile=True, profile_eager=[work, None])
+    bench.pair(work, work, 100, rounds=10, warmup=1, min_speedup=None, profile=True, profile_eager=[work, None])
     (label, call, twin), cand, ref, listed_cand, listed_ref = seen
     assert twin.fn is work and (twin.args, twin.kwargs) == ((100,), {"step": 2}) == (call.args, call.kwargs)
     assert cand[0] == "candidate" and cand[2] is None
@@ -221,5 +221,5 @@ def test_a_malformed_profile_eager_is_a_usage_error_before_any_timing(method: st
         if method == "measure":
             bench(work, 100, reps=3, profile=True, profile_eager=value)
         else:
-            bench.pair(work, work, 100, rounds=4, profile=True, profile_eager=value)
+            bench.pair(work, work, 100, rounds=10, profile=True, profile_eager=value)
     assert not seen and not bench.measurements and not bench.comparisons

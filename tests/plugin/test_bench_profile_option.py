@@ -34,7 +34,7 @@ def test_pure_python(ditbench):
 
 def test_pair(ditbench):
     x = torch.randn(64, 128)
-    ditbench.pair(lambda x: x @ w, mlp, x, min_speedup=None, rounds=6, warmup=1, verify=False)  # not the same op
+    ditbench.pair(lambda x: x @ w, mlp, x, min_speedup=None, rounds=10, warmup=1, verify=False)  # not the same op
 """
 
 
@@ -119,7 +119,7 @@ def test_ditbench_profiles_per_call_with_the_function_arguments_only() -> None:
     assert (call.args, call.kwargs, label) == ((100,), {"step": 2}, "on")  # no measure knobs leak into the call
     assert timed == m.median_ms  # the untraced median goes along, to read idle against
     bench.profile = True  # --ditgate-profile
-    c = bench.pair(work, work, 100, step=3, rounds=4, warmup=1, min_speedup=None)
+    c = bench.pair(work, work, 100, step=3, rounds=10, warmup=1, min_speedup=None)
     assert [(label, timed) for _, label, timed in seen[1:]] == [("candidate", c.a.median_ms),
                                                                 ("reference", c.b.median_ms)]
     assert all(c.kwargs == {"step": 3} for c, _, _ in seen[1:]) and len(recorded[2]) == 2

@@ -96,8 +96,8 @@ def test_a_candidate_that_raises_is_the_crash_verdict_and_nothing_is_recorded() 
     failure = excinfo.value
     assert failure.reason == "crash"
     assert str(failure).startswith("[crash] the candidate `test_a_candidate_that_raises_is_the_crash_verdict_and_nothing_"
-                                   "is_recorded.<locals>.broken` raised KeyError while being timed, so nothing was "
-                                   "timed or recorded: KeyError: 'no such config'")
+                                   "is_recorded.<locals>.broken` raised KeyError when checked against the reference "
+                                   "before timing, so nothing was timed or recorded: KeyError: 'no such config'")
     assert isinstance(failure.__cause__, KeyError)  # the user's exception, with its own frames, as the cause
     assert failure.__cause__.__notes__[0].startswith("ditgate: raised by the candidate `")
     assert rec.comparisons == [] and rec.measurements == []
@@ -157,8 +157,8 @@ def test_a_crash_reads_as_the_users_code_in_the_report(pytester: pytest.Pytester
     assert result.ret == pytest.ExitCode.TESTS_FAILED
     result.assert_outcomes(failed=2)
     result.stdout.fnmatch_lines(["*raise KeyError(\"no such config\")", "E       KeyError: 'no such config'",
-                                 "E       ditgate: raised by the candidate `broken`, called by measure*",
-                                 "*[[]crash[]] the candidate `broken` raised KeyError while being timed*",
+                                 "E       ditgate: raised by the candidate `broken` on its first call*",
+                                 "*[[]crash[]] the candidate `broken` raised KeyError when checked against the reference*",
                                  "*min_speedup is a fraction between -1 and 1 *got str '5%'; write 0.05 for 5 %",
                                  "FAILED test_pair.py::test_crash - [[]crash[]] *"])
     out = result.stdout.str()

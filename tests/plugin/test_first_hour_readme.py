@@ -98,4 +98,5 @@ def test_module_level_results():
     result = pytester.runpytest_subprocess("--ditgate", "-p", "no:cacheprovider", "-p", "no:benchmark",
                                            "--ditgate-bench-budget-ms=20")
     result.assert_outcomes(passed=2)
-    result.stdout.fnmatch_lines(["*test_fast_path: candidate / reference ratio *, needs <= 0.9500 PASS"])
+    result.stdout.fnmatch_lines(["*test_fast_path: candidate / reference ratio *, needs <= 0.9500 PASS; outputs are "
+                                 "not tensors: not compared"])  # the stand-ins return ints

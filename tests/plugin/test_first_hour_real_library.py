@@ -384,13 +384,13 @@ def inverse(x):
     return torch.linalg.inv(x)
 
 def test_different_functions(ditbench):
-    ditbench.pair(lambda x: x, inverse, X, min_speedup=None, rounds=4, warmup=1)
+    ditbench.pair(lambda x: x, inverse, X, min_speedup=None, rounds=10, warmup=1)
 
 def test_not_meant_to_agree(ditbench):
-    ditbench.pair(lambda x: x, inverse, X, min_speedup=None, rounds=4, warmup=1, verify=False)
+    ditbench.pair(lambda x: x, inverse, X, min_speedup=None, rounds=10, warmup=1, verify=False)
 
 def test_same_function(ditbench):
-    ditbench.pair(lambda x: torch.linalg.solve(x, torch.eye(64)), inverse, X, min_speedup=None, rounds=4, warmup=1)
+    ditbench.pair(lambda x: torch.linalg.solve(x, torch.eye(64)), inverse, X, min_speedup=None, rounds=10, warmup=1)
 """
 
 

@@ -6,13 +6,14 @@ comparable; anything else is refused with a clear message instead of producing a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.bench.mechanisms import BY_NAME, LATENCY, counts
 from pytest_ditgate.bench.stats import METHODS, ratio_interval
 from pytest_ditgate.errors import DitgateUsageError
+from pytest_ditgate.timer_integrity import watch
 
 #: provenance fields that must be equal on both sides of a comparison
 MUST_MATCH = ("arch", "driver", "torch", "mechanism", "regime", "l2_mode")
@@ -54,6 +55,9 @@ class Comparison:
     ci_high: float
     confidence: float
     method: str
+    #: what ``ditbench.pair`` checked besides the times: ``outputs`` ("outputs agree", or why they were not
+    #: compared), ``audited_calls`` (the candidate's timed calls audited), ``inputs`` (how each call's were made)
+    checks: dict[str, Any] = field(default_factory=dict)
 
     def faster_by_at_least(self, fraction: float) -> bool:
         """True when the whole interval says ``a`` takes at most ``1 - fraction`` of ``b``'s time."""
@@ -73,6 +77,12 @@ class Comparison:
         return (f"{self.a.name} / {self.b.name} = {self.ratio:.4f} "
                 f"({pct}% CI {self.ci_low:.4f}..{self.ci_high:.4f}, {self.method}, {timer_label(self.a.mechanism)})"
                 + self.idle_text())
+
+    def check_text(self) -> str:
+        """``outputs not compared (...)`` when the pair compared no outputs (empty otherwise, and for a
+        comparison that is not a ``ditbench.pair``'s)."""
+        outputs = self.checks.get("outputs")
+        return "" if outputs in (None, "outputs agree") else f"outputs {outputs.replace('outputs ', '', 1)}"
 
     def idle_text(self) -> str:
         """``; candidate: 23 % idle, host syncs: 2`` for each side whose device sat idle more than a few percent
@@ -109,14 +119,18 @@ class Comparison:
                 data.pop("samples_ms")
             return data
 
-        return {"a": side(self.a), "b": side(self.b), "ratio": self.ratio, "ci_low": self.ci_low,
+        data = {"a": side(self.a), "b": side(self.b), "ratio": self.ratio, "ci_low": self.ci_low,
                 "ci_high": self.ci_high, "confidence": self.confidence, "method": self.method}
+        if self.checks:
+            data["checks"] = dict(self.checks)
+        return data
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> "Comparison":
         return cls(a=Measurement.from_dict(data["a"]), b=Measurement.from_dict(data["b"]),
                    ratio=float(data["ratio"]), ci_low=float(data["ci_low"]), ci_high=float(data["ci_high"]),
-                   confidence=float(data["confidence"]), method=str(data["method"]))
+                   confidence=float(data["confidence"]), method=str(data["method"]),
+                   checks=dict(data.get("checks") or {}))
 
 
 def check_comparable(a: Measurement, b: Measurement) -> None:
@@ -149,3 +163,6 @@ def compare(a: Measurement, b: Measurement, *, method: str = "bootstrap", confid
         raise DitgateUsageError(f"cannot compare {a.name!r} with {b.name!r}: {exc}") from None
     return Comparison(a=a, b=b, ratio=interval.ratio, ci_low=interval.low, ci_high=interval.high,
                       confidence=interval.confidence, method=interval.method)
+
+
+watch(__name__)

@@ -15,23 +15,27 @@ none.
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pytest_ditgate.arguments import describe
+from pytest_ditgate.arguments import callable_name, clip, describe
 from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
-from pytest_ditgate.bench.runner import measure, measure_pair
+from pytest_ditgate.bench.runner import check_pair, measure, measure_pair
 from pytest_ditgate.bench.timers import Call
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
 
 
 def _knobs(function: Callable[..., Any]) -> frozenset[str]:
-    """The keyword options of ``measure``/``measure_pair`` (every other keyword goes to the timed function)."""
+    """The keyword options of ``measure``/``measure_pair`` (every other keyword goes to the timed function; a
+    private one, ``_audit``, is the fixture's own)."""
     kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return frozenset(name for name, p in inspect.signature(function).parameters.items() if p.kind in kinds)
+    return frozenset(name for name, p in inspect.signature(function).parameters.items()
+                     if p.kind in kinds and not name.startswith("_"))
 
 
 MEASURE_KNOBS = _knobs(measure)
@@ -66,42 +70,100 @@ def check_min_speedup(value: Any) -> float | None:
     return float(value)
 
 
-def agree(candidate: Callable[..., Any], reference: Callable[..., Any], args: tuple[Any, ...],
-          kwargs: dict[str, Any]) -> str:
-    """Check once that ``candidate(*args, **kwargs)`` computes what ``reference`` computes: ``check_kernel``
-    with one trial on these arguments (the reference on float64 copies, or on the arguments themselves when it
-    cannot run upcast; no extremal trials, no poisoning). Raises the check's ``GateFailure``; returns why
-    nothing was compared when the arguments or outputs hold no tensor."""
+#: the keyword argument that stands in for a tensor when a pair's arguments hold none (check_kernel needs one);
+#: the functions never see it
+STAND_IN = "ditgate_stand_in"
+#: what a pair's record says about its outputs
+AGREED, NOT_TENSORS = "outputs agree", "outputs are not tensors: not compared"
+
+
+def _without_stand_in(fn: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True
+        kwargs.pop(STAND_IN, None)
+        return fn(*args, **kwargs)
+
+    return call
+
+
+def check_outputs(candidate: Callable[..., Any], reference: Callable[..., Any], args: tuple[Any, ...],
+                  kwargs: dict[str, Any], *, label: str, probe: bool = True) -> str:
+    """``check_kernel`` with one trial on these arguments (the reference on float64 copies, or on the arguments
+    themselves when it cannot run upcast; no extremal trials, no poisoning; the precision probe unless ``probe``
+    is off). Arguments with no tensor (closures, sizes) are checked too: a stand-in tensor the functions never see
+    is added. Raises the check's ``GateFailure``; returns :data:`AGREED`, or :data:`NOT_TENSORS` when the outputs
+    hold no tensor to compare."""
     __tracebackhide__ = True
     import torch
 
     from pytest_ditgate.correctness.checks import check_kernel
     from pytest_ditgate.correctness.structure import named_leaves
 
+    if not any(isinstance(leaf, torch.Tensor) for _, leaf in named_leaves((args, kwargs), "args")):
+        candidate, reference = _without_stand_in(candidate), _without_stand_in(reference)
+        kwargs = dict(kwargs, **{STAND_IN: torch.zeros(1)})
+
     def inputs(_: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
         return args, kwargs
 
-    if not any(isinstance(leaf, torch.Tensor) for _, leaf in named_leaves((args, kwargs), "args")):
-        return "no tensor argument: outputs not compared"
     settings = dict(trials=1, input_scales=(), check_determinism=False, check_constant=False, poison_memory=False,
-                    label="ditbench.pair agreement")
+                    label=label, **({} if probe else {"check_precision": False}))
     try:
         try:
             check_kernel(candidate, reference, inputs, **settings)
+            upcast = True
         except (GateFailure, DitgateUsageError):
             raise
         except Exception:  # noqa: BLE001 - a reference that cannot run on float64/float32 copies: same precision
+            upcast = False
+        if not upcast:  # outside the handler: the reference's own error, if it raises again, is not chained
             check_kernel(candidate, reference, inputs, reference_dtype="same", **settings)
     except DitgateUsageError as exc:
         if "compares tensor outputs only" in str(exc):
-            return "outputs are not tensors: not compared"
+            return NOT_TENSORS
         raise
     except GateFailure as failure:
+        if failure.reason == "shape" and "returned None" in failure.message and reference(*args, **kwargs) is None:
+            return NOT_TENSORS  # both return nothing: there is no output to compare
+        raise
+    return AGREED
+
+
+def agree(candidate: Callable[..., Any], reference: Callable[..., Any], args: tuple[Any, ...],
+          kwargs: dict[str, Any]) -> str:
+    """Check once, before timing, that ``candidate(*args, **kwargs)`` computes what ``reference`` computes
+    (:func:`check_outputs`). Raises the check's ``GateFailure`` (a timing function replaced while the check ran
+    is ``timer_tampered``, said as such); returns :data:`AGREED` or why the outputs were not compared."""
+    __tracebackhide__ = True
+    try:
+        return check_outputs(candidate, reference, args, kwargs, label="ditbench.pair agreement")
+    except GateFailure as failure:
+        if failure.reason == "timer_tampered":
+            raise GateFailure(failure.reason, "ditbench.pair: timing functions were replaced while the agreement "
+                              "check ran the candidate and the reference, so by one of them; nothing was timed: "
+                              f"{failure.message}", report=failure.report) from None
+        cause = failure.__cause__
+        if failure.reason == "crash" and cause is not None:
+            raise GateFailure("crash", f"the candidate `{callable_name(candidate)}` raised {type(cause).__name__} "
+                              "when checked against the reference before timing, so nothing was timed or recorded: "
+                              f"{clip(f'{type(cause).__name__}: {cause}')}", report=failure.report) from cause
         raise GateFailure(failure.reason, "ditbench.pair: the candidate does not compute what the reference "
                           "computes, so nothing was timed (checked once on the pair's arguments; verify=False "
                           f"skips it for functions not meant to agree): {failure.message}",
                           report=failure.report) from None
-    return "outputs agree"
+
+
+def refuse_tampered_before(what: str) -> None:
+    """``timer_tampered`` when a timing function is already replaced before ``what`` runs anything: the test or
+    code it imported did it, not the functions about to be timed."""
+    from pytest_ditgate.timer_integrity import tampered_timers
+
+    found = tampered_timers()
+    if found:
+        raise GateFailure("timer_tampered", f"{what}: refusing to time: timing functions were already replaced "
+                          f"before it ran anything (by the test or code it imported): {', '.join(found)}. Time with "
+                          "the real clocks: undo the patch before timing.")
 
 
 @dataclass(repr=False)
@@ -192,9 +254,14 @@ class DitBench:
         test, judged by ``ditgate experiment`` (the summary says "judged by the lane").
 
         Correct before fast: first, once, the candidate's outputs on these arguments are checked against the
-        reference's under the output's tolerance (:func:`agree`: ``check_kernel`` with one trial); a pair
-        that computes different things fails with the check's reason and nothing is timed. Outputs that are
-        not tensors are not compared. ``verify=False`` skips it, for two functions not meant to agree.
+        reference's under the output's tolerance (:func:`agree`: ``check_kernel`` with one trial, whatever the
+        arguments: closures and sizes too); a pair that computes different things fails with the check's reason
+        and nothing is timed. Then every timed call gets fresh copies of the arguments and a random sample of the
+        candidate's timed calls is audited (:mod:`pytest_ditgate.bench.audit`): ``output_audit``,
+        ``stale_output``, ``input_mutated``, ``torch_tampered``; a timing function replaced before the pair is
+        ``timer_tampered`` at once, one replaced while it runs ``timer_tampered`` after timing. Outputs that are
+        not tensors are not compared, and the record says so. ``verify=False`` skips the agreement check and
+        the output audits, for two functions not meant to agree.
 
         ``beat_best=True`` also requires the CI bound to beat the best ratio recorded for this test, arch
         and lane (same driver and torch) in the ledger. For ``--benchmark-json`` the candidate's samples
@@ -212,11 +279,24 @@ class DitBench:
         profile = bool(opts.pop("profile", self.profile))
         candidate_eager, reference_eager = _eager_twins(opts.pop("profile_eager", None), 2)
         fn_kwargs = {k: v for k, v in opts.items() if k not in PAIR_KNOBS}
+        check_pair(candidate, reference, **{k: v for k, v in opts.items() if k in PAIR_KNOBS})
+        refuse_tampered_before("ditbench.pair")
+        from pytest_ditgate.bench.audit import Audit
+        from pytest_ditgate.bench.torch_state import TorchState
+
+        torch_state = TorchState()  # before anything of the pair runs: the agreement check may change torch too
         if self.hook is not None:
             self.hook.pytest_ditgate_before_pair(candidate=candidate, args=args, kwargs=fn_kwargs)
-        if verify:
-            agree(candidate, reference, args, fn_kwargs)
-        c = measure_pair(candidate, reference, *args, **opts)
+        outputs = agree(candidate, reference, args, fn_kwargs) if verify else "not compared (verify=False)"
+
+        def judge(output: Any, call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
+            check_outputs(lambda *_, **__: output, reference, call_args, call_kwargs, probe=False,
+                          label="ditbench.pair output audit")
+
+        c = measure_pair(candidate, reference, *args, **opts,
+                         _audit=Audit(judge if outputs == AGREED else None, torch_state))
+        c = dataclasses.replace(c, checks={"outputs": outputs, "audited_calls": c.a.extra.get("audited_calls"),
+                                           "inputs": c.a.extra.get("inputs")})
         self.comparisons.append(c)
         passed = None if min_speedup is None else c.faster_by_at_least(min_speedup)
         problem = None

@@ -25,7 +25,8 @@ def comparison_row(test: str, c: Comparison, min_speedup: float | None, passed: 
             "ci_low": c.ci_low, "ci_high": c.ci_high, "confidence": c.confidence, "method": c.method,
             "mechanism": timer_label(c.a.mechanism), "arch": c.a.arch, "reference_median_ms": c.b.median_ms,
             "min_speedup": min_speedup, "passed": passed,
-            "idle": c.idle_text().lstrip("; "), "disagreement": c.disagreement(min_speedup)}
+            "idle": c.idle_text().lstrip("; "), "disagreement": c.disagreement(min_speedup),
+            "checks": c.check_text()}
 
 
 def _ms(value: float) -> str:
@@ -59,7 +60,8 @@ def summary_lines(rows: list[dict[str, Any]]) -> list[str]:
                     else f", needs <= {1 - r['min_speedup']:.4f}")
             lines.append(f"{r['test'].rsplit('::', 1)[-1]}: {r['name']} ratio {r['ratio']:.4f}, {pct}% CI "
                          f"[{r['ci_low']:.4f}, {r['ci_high']:.4f}] ({r['method']}, {r['mechanism']}, {r['arch']})"
-                         f"{need}{verdict}" + (f"; {r['idle']}" if r.get("idle") else ""))
+                         f"{need}{verdict}" + (f"; {r['idle']}" if r.get("idle") else "")
+                         + (f"; {r['checks']}" if r.get("checks") else ""))
             if r.get("disagreement"):
                 lines.append(f"  {r['disagreement']}")
     profiles = profile_lines(rows)

@@ -6,13 +6,13 @@ only) and ``graph`` (replayed in a CUDA graph) are explicit choices. Beside a la
 of each call gives its busy time, the fraction of its latency the device sat idle, and the host
 synchronisations it made (``Measurement.extra``). ``measure_pair`` times two functions interleaved (A B, B A,
 A B, ...) with one mechanism so that clock and thermal drift hit both alike, then compares them round by
-round.
+round; its timed calls are guarded (:class:`pytest_ditgate.bench.audit.PairGuard`: fresh inputs for each call,
+audits of what the calls did). Timing functions are checked before and after timing (``timer_tampered``).
 """
 
 from __future__ import annotations
 
 import statistics
-import time
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -24,23 +24,39 @@ from pytest_ditgate.bench.comparison import Comparison, compare, idle_line, nota
 from pytest_ditgate.bench.measurement import REGIMES, Measurement, as_tuples
 from pytest_ditgate.bench.mechanisms import AUTO_ORDER, BY_NAME, LATENCY, MECHANISMS
 from pytest_ditgate.bench.stats import METHODS
-from pytest_ditgate.bench.timers import Call, CallRaised, HostOnlyError, Sampling, TimingError
+from pytest_ditgate.bench.timers import Call, CallRaised, Guard, HostOnlyError, Sampling, TimingError
 from pytest_ditgate.dtypes import torch_name
 from pytest_ditgate.errors import DitgateUsageError, GateFailure
-from pytest_ditgate.timer_integrity import tampered_timers
+from pytest_ditgate.timer_integrity import bindings, changed_bindings, restore_timers, tampered_timers, watch
 
 DEFAULT_BUDGET_MS = 100.0
 WARMUP_MS = 25.0
 MIN_WARMUP, MAX_WARMUP = 3, 1000
 #: graph_idle: "subtract" the device's idle gaps between graph nodes (kernel time) or "keep" them
 GRAPH_IDLE_MODES = ("subtract", "keep")
+#: the fewest rounds a pair takes: below it the 95 % interval of a paired bootstrap holds for no noise
+#: (the same function against itself passes min_speedup=0 8 times in 40 at rounds=2)
+MIN_PAIR_ROUNDS = 10
 
 
 def refuse_tampered_timers() -> None:
+    """``timer_tampered`` before anything is timed: a clock, or a clock a timing module bound, already replaced."""
     found = tampered_timers()
     if found:
         raise GateFailure("timer_tampered", f"refusing to time: these timing functions were replaced or wrapped: "
                           f"{', '.join(found)}")
+
+
+def refuse_timers_tampered_while_timing(before: dict[str, Any]) -> None:
+    """``timer_tampered`` after timing: a clock, or a name of a timing module (its :func:`bindings` ``before``
+    timing), replaced while the timed functions ran (they run in this process, so one of them did it); what was
+    replaced is put back."""
+    found = list(dict.fromkeys(tampered_timers() + changed_bindings(before)))
+    if found:
+        restore_timers(before)
+        raise GateFailure("timer_tampered", "timing functions were replaced or wrapped while the calls were timed, "
+                          f"so by the timed code: {', '.join(found)} (the clocks and the timing modules' names are "
+                          "put back; the samples, taken with the clocks bound before timing, are not recorded)")
 
 
 @dataclass(frozen=True)
@@ -80,15 +96,16 @@ class Options:
         raise TimingError(f"{mechanism} measures the {natural} regime only, {self.regime} was asked for")
 
 
-def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float], bool]:
-    """Run each call ``warmup`` times (default: about WARMUP_MS); returns the count, a host-clock estimate of
-    each call's time (an upper bound: it includes launch and sync latency) and whether a call's arguments or
-    output hold a CUDA tensor."""
+def _warm_up(calls: Sequence[Call], warmup: int | None, guard: Guard | None = None) -> tuple[int, list[float], bool]:
+    """Run each call ``warmup`` times (default: about WARMUP_MS), as the guard hands it out; returns the count, a
+    host-clock estimate of each call's time (an upper bound: it includes launch and sync latency) and whether a
+    call's arguments or output hold a CUDA tensor."""
+    guard = guard if guard is not None else Guard(calls)
     estimates = []
     count = 0
     on_device = False
-    for call in calls:
-        took, output = _host_ms(call)  # what the call returns, and an estimate even at warmup=0
+    for index, call in enumerate(calls):
+        took, output = _host_ms(guard.call(index))  # what the call returns, and an estimate even at warmup=0
         on_device = on_device or timers.holds_cuda_tensor((call.fn, call.args, call.kwargs, output))
         done, elapsed, best = (0, 0.0, took) if warmup == 0 else (1, took, took)
         while True:
@@ -96,7 +113,7 @@ def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float
                 break
             if warmup is None and done >= MIN_WARMUP and (elapsed >= WARMUP_MS or done >= MAX_WARMUP):
                 break
-            took, _ = _host_ms(call)
+            took, _ = _host_ms(guard.call(index))
             elapsed += took
             best = min(best, took)
             done += 1
@@ -107,10 +124,11 @@ def _warm_up(calls: Sequence[Call], warmup: int | None) -> tuple[int, list[float
 
 def _host_ms(call: Call) -> tuple[float, Any]:
     """Host-clock milliseconds of one call, device synchronised, and its output."""
-    start = time.perf_counter()
+    clock = timers.CLOCK
+    start = clock()
     output = call()
     timers.synchronize()
-    return (time.perf_counter() - start) * 1e3, output
+    return (clock() - start) * 1e3, output
 
 
 def _rep_count(options: Options, per_sample_ms: float, low: int, high: int) -> int:
@@ -141,7 +159,7 @@ class _Run:
 
 
 def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, estimates: Sequence[float],
-                   device: Any, traced: list[dict[str, Any]] | None = None) -> _Run:
+                   device: Any, traced: list[dict[str, Any]] | None, guard: Guard) -> _Run:
     record = BY_NAME[mechanism]
     regime = options.regime_for(mechanism)
     flush = None
@@ -149,9 +167,12 @@ def _run_mechanism(mechanism: str, calls: Sequence[Call], options: Options, esti
         if not device.is_cuda:
             raise TimingError("cold L2 needs a CUDA device")
         flush = l2mod.L2Flusher(device.l2_bytes, "cuda")
+    def schedule(rounds: int) -> list[int]:
+        guard.plan(rounds)
+        return _schedule(len(calls), rounds)
+
     sampling = Sampling(estimates, flush, regime, device, options,
-                        lambda per_sample, low, high: _rep_count(options, per_sample, low, high),
-                        lambda rounds: _schedule(len(calls), rounds))
+                        lambda per_sample, low, high: _rep_count(options, per_sample, low, high), schedule, guard)
     found = record.load()(calls, sampling)
     note = f"{record.label}: {record.description}" + found.note + ("; L2 flushed before each call"
                                                                   if flush is not None else "")
@@ -188,16 +209,26 @@ def _diagnose(calls: Sequence[Call], run: _Run, traced: list[dict[str, Any]] | N
     return ("; " + "; ".join(notes) + " (busy time and syncs from one traced run of each call)") if notes else ""
 
 
-def _collect(calls: Sequence[Call], options: Options,
-             roles: Sequence[str]) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
-    """Warm up, then time; a timed function that raises is reported as that code's (:func:`_user_error`)."""
+def _collect(calls: Sequence[Call], options: Options, roles: Sequence[str],
+             guard: Guard | None = None) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
+    """Warm up, then time; a timed function that raises is reported as that code's (:func:`_user_error`), unless
+    the guard takes it back and the calls are timed once more (a pair whose perturbed inputs left the reference's
+    domain: timed again on exact copies)."""
+    guard = guard if guard is not None else Guard(calls)
     try:
-        return _collect_samples(calls, options)
+        try:
+            return _collect_samples(calls, options, guard)
+        except CallRaised as raised:
+            if not guard.retry(raised):
+                raise
+        return _collect_samples(calls, options, guard)
     except CallRaised as raised:
         failure = _user_error(calls, roles, raised)
         if isinstance(failure, GateFailure):
             raise failure from raised.error
         error = failure
+    finally:
+        guard.close()
     raise error  # the user's own exception, outside any handler: nothing chained to it
 
 
@@ -216,17 +247,21 @@ def _user_error(calls: Sequence[Call], roles: Sequence[str], raised: CallRaised)
     return error
 
 
-def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
-    """Warm up, then time with the requested mechanism or the first that works; returns the run, the notes
-    per mechanism, the warm-up count, the device and the NVML snapshots (start, end)."""
+def _collect_samples(calls: Sequence[Call], options: Options,
+                     guard: Guard) -> tuple[_Run, dict[str, str], int, Any, list[Any]]:
+    """Warm up, then time with the requested mechanism or the first that works; then check the timers again and
+    finish the guard (a pair's audits). Returns the run, the notes per mechanism, the warm-up count, the device
+    and the NVML snapshots (start, end)."""
     from pytest_ditgate.bench import nvml
     from pytest_ditgate.device import real_device
 
     refuse_tampered_timers()
+    watched = bindings()
     on_gpu = timers.cuda_in_use()
     if options.l2 == "cold" and not on_gpu:
         raise DitgateUsageError("l2='cold' needs a CUDA device; this call runs on the host")
-    warmup, estimates, holds_cuda = _warm_up(calls, options.warmup)
+    guard.prepare()
+    warmup, estimates, holds_cuda = _warm_up(calls, options.warmup, guard)
     notes: dict[str, str] = {}
     wanted = list(AUTO_ORDER if options.mechanism == "auto" else (options.mechanism,))
     traced, host_only = None, False
@@ -248,7 +283,7 @@ def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dic
             continue
         try:
             with timing_lock(on_gpu):
-                run = _run_mechanism(mechanism, calls, options, estimates, device, traced)
+                run = _run_mechanism(mechanism, calls, options, estimates, device, traced, guard)
         except HostOnlyError as exc:
             host_only = True
             notes[mechanism] = f"failed: {exc}"
@@ -265,6 +300,8 @@ def _collect_samples(calls: Sequence[Call], options: Options) -> tuple[_Run, dic
     if run is None:
         detail = "; ".join(f"{k}: {v}" for k, v in notes.items())
         raise DitgateUsageError(f"no timing mechanism could measure this call ({detail})")
+    refuse_timers_tampered_while_timing(watched)
+    run.extras[0].update(guard.finish())
     clocks_end = nvml.snapshot(device.index, device.uuid) if on_gpu else None
     return run, notes, warmup, device, [clocks_start, clocks_end]
 
@@ -355,17 +392,12 @@ def measure(fn: Callable[..., Any], *args: Any, mechanism: str = "auto", warmup:
                   shapes=shapes)
 
 
-def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any, rounds: int | None = None,
-                 mechanism: str = "auto", warmup: int | None = None, budget_ms: float | None = None,
-                 l2: str = "warm", regime: str | None = None, method: str = "paired-bootstrap",
-                 confidence: float = 0.95, labels: tuple[str, str] = ("candidate", "reference"),
-                 backend: tuple[str | None, str | None] | str | None = None, dtype: Any = None, shapes: Any = None,
-                 graph_idle: str = "subtract", **fn_kwargs: Any) -> Comparison:
-    """Time ``candidate`` and ``reference`` on the same arguments, interleaved round by round, and compare.
-
-    ``rounds`` samples per side (default from ``budget_ms``); the result's ``ratio`` is
-    median(candidate) / median(reference) with a ``confidence`` interval by ``method``.
-    """
+def check_pair(candidate: Any, reference: Any, *, rounds: Any = None, mechanism: Any = "auto", warmup: Any = None,
+               budget_ms: Any = None, l2: Any = "warm", regime: Any = None, method: Any = "paired-bootstrap",
+               confidence: Any = 0.95, labels: Any = ("candidate", "reference"), graph_idle: Any = "subtract",
+               perturb: Any = True, **_: Any) -> Options:
+    """The options of a pair, every argument checked (a usage error naming it), before any function of the pair
+    runs; other keywords are ignored (the timed functions' own, ``backend``, ...)."""
     call = "measure_pair(candidate, reference, *args)"
     require_callable(candidate, "candidate", call, "the function to time, called as candidate(*args, **kwargs)")
     require_callable(reference, "reference", call, "the function to compare with, called with the same arguments")
@@ -377,11 +409,44 @@ def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *
     if not (isinstance(labels, (tuple, list)) and len(labels) == 2 and all(isinstance(x, str) for x in labels)):
         raise DitgateUsageError(f"{call}: labels must be two strings (candidate's, reference's), got "
                                 f"{describe(labels)}")
-    options = Options(mechanism, warmup, rounds, budget_ms, l2, regime, graph_idle)
+    if rounds is not None and not isinstance(rounds, bool) and isinstance(rounds, int) and rounds < MIN_PAIR_ROUNDS:
+        raise DitgateUsageError(f"{call}: rounds={rounds}: a pair takes at least {MIN_PAIR_ROUNDS} rounds (below that "
+                                f"its {confidence:.0%} interval does not hold: the same function against itself passes "
+                                f"min_speedup=0 far more often than {(1 - confidence) / 2:.1%} of the time); "
+                                f"write rounds={MIN_PAIR_ROUNDS} or more, or leave it to budget_ms")
+    if not isinstance(perturb, bool):
+        raise DitgateUsageError(f"{call}: perturb must be True or False, got {describe(perturb)}")
+    return Options(mechanism, warmup, rounds, budget_ms, l2, regime, graph_idle)
+
+
+def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any, rounds: int | None = None,
+                 mechanism: str = "auto", warmup: int | None = None, budget_ms: float | None = None,
+                 l2: str = "warm", regime: str | None = None, method: str = "paired-bootstrap",
+                 confidence: float = 0.95, labels: tuple[str, str] = ("candidate", "reference"),
+                 backend: tuple[str | None, str | None] | str | None = None, dtype: Any = None, shapes: Any = None,
+                 graph_idle: str = "subtract", perturb: bool = True, _audit: Any = None,
+                 **fn_kwargs: Any) -> Comparison:
+    """Time ``candidate`` and ``reference`` on the same arguments, interleaved round by round, and compare.
+
+    ``rounds`` samples per side, at least :data:`MIN_PAIR_ROUNDS` (default from ``budget_ms``); the result's
+    ``ratio`` is median(candidate) / median(reference) with a ``confidence`` interval by ``method``. Each timed
+    call gets fresh copies of the tensor arguments, one element of each floating one changed unless
+    ``perturb=False`` (for functions whose inputs must keep their exact values), and the candidate's calls are
+    audited (:mod:`pytest_ditgate.bench.audit`); ``_audit`` is how ``ditbench.pair`` adds its output judge.
+    """
+    options = check_pair(candidate, reference, rounds=rounds, mechanism=mechanism, warmup=warmup, budget_ms=budget_ms,
+                         l2=l2, regime=regime, method=method, confidence=confidence, labels=labels,
+                         graph_idle=graph_idle, perturb=perturb)
     calls = [Call(candidate, args, fn_kwargs), Call(reference, args, fn_kwargs)]
     roles = [f"the {labels[0]} `{callable_name(candidate)}`", f"the {labels[1]} `{callable_name(reference)}`"]
-    run, notes, done, device, clocks = _collect(calls, options, roles)
+    from pytest_ditgate.bench.audit import PairGuard
+
+    guard = PairGuard(calls, perturb=perturb, audit=_audit)
+    run, notes, done, device, clocks = _collect(calls, options, roles, guard)
     backends = backend if isinstance(backend, tuple) else (backend, backend)
     a, b = (_build(run, i, notes, done, device, clocks, options, label=labels[i], backend=backends[i],
                    dtype=dtype, shapes=shapes) for i in range(2))
     return compare(a, b, method=method, confidence=confidence)
+
+
+watch(__name__)

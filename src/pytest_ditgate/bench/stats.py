@@ -11,6 +11,8 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
+from pytest_ditgate.timer_integrity import watch
+
 #: number of bootstrap resamples; enough for a stable 95 % or 99 % bound, cheap in pure Python
 BOOTSTRAP_RESAMPLES = 2000
 
@@ -190,3 +192,6 @@ def ratio_interval(a: Sequence[float], b: Sequence[float], *, method: str = "boo
     if method == "mann-whitney":
         return mann_whitney_ratio(a, b, confidence=confidence)
     raise ValueError(f"unknown comparison method {method!r}; choose from {', '.join(METHODS)}")
+
+
+watch(__name__)

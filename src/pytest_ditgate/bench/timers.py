@@ -11,7 +11,12 @@ says what each counts.
   kept too: where it is much longer, the device sat idle waiting for the host (a launch-bound call).
 - ``graph`` lives in :mod:`pytest_ditgate.bench.graphs`.
 
-A sampler is called as ``sampler(calls, sampling)`` and returns :class:`Sampled`. torch is imported inside
+A sampler is called as ``sampler(calls, sampling)`` and returns :class:`Sampled`. It takes each timed call
+from ``sampling.guard`` (:class:`Guard`): a pair's guard hands out the call bound to fresh copies of its
+arguments before the timed window opens and sees what it returned after the window closes
+(:mod:`pytest_ditgate.bench.audit`). The host clock is the genuine ``time.perf_counter`` bound when this module
+loads (:func:`pytest_ditgate.timer_integrity.bind_clock`), and the module's own names are watched while timing,
+so that neither a patched ``time.perf_counter`` nor a name rebound here times a call unseen. torch is imported inside
 the functions. A mechanism that cannot measure raises :class:`TimingError` with a reason that ends up in
 ``Measurement.mechanism_notes``. :func:`trace_calls` is the diagnosis beside a latency: each call's busy time
 and the host synchronisations it makes.
@@ -22,10 +27,14 @@ from __future__ import annotations
 import bisect
 import math
 import statistics
-import time
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
+
+from pytest_ditgate.timer_integrity import bind_clock, watch
+
+#: the host clock every sampler reads, bound when this module loads
+CLOCK = bind_clock(__name__, "CLOCK")
 
 #: user annotation that brackets each timed call in the profiler trace
 CALL_RANGE = "ditgate::call"
@@ -46,13 +55,53 @@ class CallRaised(Exception):
     def __init__(self, fn: Callable[..., Any], error: Exception) -> None:
         super().__init__(f"{type(error).__name__}: {error}")
         self.fn, self.error = fn, error
+        #: the call that raised, where a guard handed it out (its fresh arguments)
+        self.call: Any = None
+
+
+class Guard:
+    """Which call a sampler times next and what it does with the output; this one times ``calls`` as they are
+    (a measurement). A pair's guard (:class:`pytest_ditgate.bench.audit.PairGuard`) binds each timed call to
+    fresh copies of its arguments and audits what it returns."""
+
+    def __init__(self, calls: Sequence["Call"]) -> None:
+        self.calls = calls
+
+    def call(self, index: int) -> "Call":
+        """Call ``index`` as the next timed call: asked before the timed window opens."""
+        return self.calls[index]
+
+    def batch(self, index: int, count: int) -> list["Call"]:
+        """``count`` calls of ``index`` timed back to back in one window (a latency batch)."""
+        return [self.calls[index]] * count
+
+    def returned(self, index: int, call: "Call", output: Any) -> None:
+        """The timed ``call`` of ``index`` returned ``output``: told after the timed window closed."""
+
+    def prepare(self) -> None:
+        """Before the warm-up."""
+
+    def plan(self, rounds: int) -> None:
+        """``rounds`` rounds of the calls will be timed."""
+
+    def finish(self) -> dict[str, Any]:
+        """After timing (and the timer checks): what the guard did, for the first call's ``extra``."""
+        return {}
+
+    def close(self) -> None:
+        """When the measurement ends, whether it succeeded or not."""
+
+    def retry(self, raised: CallRaised) -> bool:
+        """Whether to warm up and time again after a timed function raised (the guard changed what it hands
+        out); False: the exception is the function's."""
+        return False
 
 
 @dataclass
 class Sampling:
     """What a sampler is given besides the calls: each call's host-clock estimate (an upper bound, its sync
     included), the L2 flush to run before a call (None: warm), the regime, the device, the measurement's
-    options, and the rounds and schedule helpers of the runner."""
+    options, the rounds and schedule helpers of the runner, and the guard that hands out each timed call."""
 
     estimates: Sequence[float]
     flush: Callable[[], None] | None
@@ -61,6 +110,10 @@ class Sampling:
     options: Any
     rounds: Callable[[float, int, int], int]
     schedule: Callable[[int], list[int]]
+    guard: Guard | None = None
+
+    def guarded(self, calls: Sequence["Call"]) -> Guard:
+        return self.guard if self.guard is not None else Guard(calls)
 
 
 @dataclass
@@ -176,14 +229,18 @@ def time_wall(calls: Sequence[Call], sampling: Sampling) -> Sampled:
     """Host clock around each call, with a device synchronisation before and after."""
     order = _per_call(calls, sampling, max(sampling.estimates) * len(calls))
     samples: list[list[float]] = [[] for _ in calls]
-    clock = time.perf_counter
+    guard = sampling.guarded(calls)
+    clock = CLOCK
     for index in order:
+        call = guard.call(index)
         _maybe(sampling.flush)
         synchronize()
         start = clock()
-        calls[index]()
+        output = call()
         synchronize()
         samples[index].append((clock() - start) * 1e3)
+        guard.returned(index, call, output)
+        del output, call  # freed outside every timed window
     return _single(samples)
 
 
@@ -192,16 +249,20 @@ def time_events(calls: Sequence[Call], sampling: Sampling) -> Sampled:
     import torch
 
     order = _per_call(calls, sampling, max(sampling.estimates) * len(calls))
+    guard = sampling.guarded(calls)
     pending = []
     for index in order:
+        call = guard.call(index)
         _maybe(sampling.flush)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        calls[index]()
+        output = call()
         end.record()
         torch.cuda.synchronize()
         pending.append((index, start, end))
+        guard.returned(index, call, output)
+        del output, call
     samples: list[list[float]] = [[] for _ in calls]
     for index, start, end in pending:
         samples[index].append(float(start.elapsed_time(end)))
@@ -229,17 +290,21 @@ def time_latency(calls: Sequence[Call], sampling: Sampling) -> Sampled:
     batches = [1 if cold else latency_batch(e) for e in sampling.estimates]
     per_round = sum(e * b for e, b in zip(sampling.estimates, batches))
     order = sampling.schedule(sampling.rounds(per_round, MIN_REPS, MAX_REPS))
+    guard = sampling.guarded(calls)
     pending = []
     torch.cuda.synchronize()
     for position, index in enumerate(order):
+        batch = guard.batch(index, batches[index])
         _maybe(sampling.flush)
         start = torch.cuda.Event(enable_timing=True)
         end = torch.cuda.Event(enable_timing=True)
         start.record()
-        for _ in range(batches[index]):
-            calls[index]()
+        for call in batch:
+            output = call()
         end.record()
         pending.append((index, start, end))
+        guard.returned(index, batch[-1], output)
+        del output, call, batch
         if (position + 1) % len(calls) == 0:  # a round: every call once
             torch.cuda.synchronize()
     torch.cuda.synchronize()
@@ -328,7 +393,7 @@ def time_cupti(calls: Sequence[Call], sampling: Sampling) -> Sampled:
     """Device busy time per call from ``torch.profiler`` kernel activity; each call's span (first start to last
     end) and the idle fraction of its span go into the extras."""
     order = _per_call(calls, sampling, max(sampling.estimates) * len(calls))
-    found = cupti_samples(calls, order, flush=sampling.flush, regime=sampling.regime)
+    found = cupti_samples(calls, order, flush=sampling.flush, regime=sampling.regime, guard=sampling.guard)
     extras = []
     for busy, spans in zip(found, found.spans):
         span = statistics.median(spans)
@@ -337,35 +402,41 @@ def time_cupti(calls: Sequence[Call], sampling: Sampling) -> Sampled:
 
 
 def cupti_samples(calls: Sequence[Call], order: Sequence[int], *, flush: Callable[[], None] | None = None,
-                  regime: str = "spaced") -> "CuptiSamples":
+                  regime: str = "spaced", guard: Guard | None = None) -> "CuptiSamples":
     """Device busy time per call from ``torch.profiler`` kernel activity (spans in ``.spans``)."""
     import torch
     from torch.profiler import record_function
 
     if regime == "sustained" and (flush is not None or len(set(order)) > 1):
         raise TimingError("sustained cupti timing takes one function and warm L2 only")
+    guard = guard if guard is not None else Guard(calls)
 
     def run() -> None:
         for index in order:
+            call = guard.call(index)
             if regime == "spaced":
                 _maybe(flush)
                 torch.cuda.synchronize()
             with record_function(CALL_RANGE):
-                calls[index]()
+                output = call()
                 if regime == "spaced":
                     torch.cuda.synchronize()
+            guard.returned(index, call, output)
+            del output, call
 
     events = profiled(run, host=True)
     cuda = torch.autograd.DeviceType.CUDA
     spans = device_spans(events, cuda)
-    if not spans:
-        raise HostOnlyError("the profiler recorded no device activity for the call")
     if regime == "spaced":
         ranges = sorted((int(e.start_ns()), int(e.end_ns())) for e in events
                         if e.name() == CALL_RANGE and e.device_type() != cuda)
         if len(ranges) != len(order):
             raise TimingError(f"found {len(ranges)} call ranges in the trace for {len(order)} calls")
-        groups = assign_spans(ranges, spans)
+        groups = assign_spans(ranges, spans)  # a guard's copies run outside the ranges: they are left out
+        if not any(groups):
+            raise HostOnlyError("the profiler recorded no device activity for the call")
+    elif not spans:
+        raise HostOnlyError("the profiler recorded no device activity for the call")
     else:
         groups = chunk_spans(spans, len(order))
     samples: list[list[float]] = [[] for _ in calls]
@@ -500,3 +571,6 @@ def trace_calls(calls: Sequence[Call], per_call: int = 3) -> list[dict[str, Any]
 
     events = profiled(run, host=True)
     return summarize_calls(activities(events, torch.autograd.DeviceType.CUDA), order, len(calls))
+
+
+watch(__name__)

@@ -30,8 +30,10 @@ class Category(str, enum.Enum):
 REASON_CATEGORIES: dict[str, Category] = {
     **{code: Category.QUALITY for code in (
         "mismatch", "nonfinite", "shape", "dtype", "input_mutated", "nondeterministic", "stale_output",
-        "constant_output", "precision_downgrade", "rounding_bias", "quality", "golden_missing", "unchecked", "metric_missing")},
-    **{code: Category.INTEGRITY for code in ("timer_tampered", "integrity", "golden_tampered", "fixed_paths")},
+        "constant_output", "precision_downgrade", "rounding_bias", "quality", "golden_missing", "unchecked", "metric_missing",
+        "output_audit")},
+    **{code: Category.INTEGRITY for code in ("timer_tampered", "torch_tampered", "integrity", "golden_tampered",
+                                             "fixed_paths")},
     "scope": Category.SCOPE,
     "classification": Category.CLASSIFICATION,
     **{code: Category.PERFORMANCE for code in ("too_slow", "performance", "not_faster")},
