@@ -364,7 +364,8 @@ CASES: tuple[Case, ...] = (
          extremal_only=(("eps inside the square root", "float32"),)),
     Case("softmax with a workspace", softmax_reference, _softmax_inputs(8, 1024),
          {"exp in the workspace": softmax_in_workspace},
-         {"reads the stale workspace": (softmax_reads_stale_workspace, MISMATCH)},
+         # scratch holds poison on entry (0xFF bytes: NaN): reading it shows as NaN or as the poison left in the output
+         {"reads the stale workspace": (softmax_reads_stale_workspace, ("mismatch", "nonfinite", "stale_output"))},
          options={"scratch_args": (1,)}, gpu_inputs=_softmax_inputs(4096, 32000)),
     *(Case(f"RMSNorm backward {rows}x{dim}", rms_backward_reference, _rms_backward_inputs(rows, dim),
            {"fp32 autograd": rms_backward_fp32, "Liger's formula": rms_backward_liger},
