@@ -3,20 +3,22 @@
 Per trial (fresh inputs from ``make_inputs(seed + trial)``), in this order:
 
 1. the candidate runs first (before any reference call of that trial, so no stale reference result can
-   sit in memory it allocates), with fresh allocations and freed memory poisoned;
+   sit in memory it allocates), with fresh allocations, freed memory, out buffers and scratch poisoned;
 2. its outputs (and the in-out arguments it updated) are copied in the caller's stream order, then every CUDA
    device is synchronised (all streams) and compared with the copies: a kernel that leaves work on a side
    stream shows as ``stale_output``;
 3. timing functions are checked (``timer_tampered``), inputs compared with their pre-call copy
    (``input_mutated``; the arguments declared as ``out_args``, ``inout_args`` or ``scratch_args`` may
-   change, :mod:`pytest_ditgate.correctness.roles`);
-4. the candidate runs again on the same inputs, in-out and scratch arguments restored (``nondeterministic``
-   beyond the allowance);
+   change, :mod:`pytest_ditgate.correctness.roles`), and the bytes of their buffers outside their views too
+   (:mod:`pytest_ditgate.correctness.storage`);
+4. the candidate runs again on the same inputs, in-out arguments restored and its memory poisoned with another
+   pattern (``nondeterministic`` beyond the allowance; a computed NaN is told from unwritten memory);
 5. the reference runs on float64 copies (float32 if float64 fails); then structure/shape, dtype, poison
    left in outputs, non-finite values, outputs equal to an earlier trial's while the reference changed
-   (``constant_output``), elementwise and relative-norm error (``mismatch``), and nondeterminism are
-   judged, the first failing check giving the reason. An output beyond the dtype table's bounds is judged
-   again against bounds derived from the honest-error estimate (:mod:`pytest_ditgate.correctness.honest`):
+   (``constant_output``), elementwise and relative-norm error (``mismatch``), directed rounding of a 16-bit
+   output over it or a block of its rows or columns (``rounding_bias``), and nondeterminism are judged,
+   the first failing check giving the reason. An output beyond the dtype table's bounds is judged again
+   against bounds derived from the honest-error estimate (:mod:`pytest_ditgate.correctness.honest`):
    the reference on the inputs' own dtypes (the candidate's precision, TF32 off unless declared) and on
    float64 ``|inputs|``. Those two runs are made only then, and on the first trial (whose same-precision
    run gives the output dtypes the candidate must return). An output that still fails is judged once more
@@ -97,8 +99,8 @@ def check_kernel(
     ``"tf32"``), overridden by ``rtol``/``atol``/``rel_norm``. Arguments are named by positional index or
     keyword: ``out_args`` are output buffers the kernel writes (poisoned before each call; the kernel's
     outputs when it returns None); ``inout_args`` are read and updated in place (each call gets the pristine
-    values; compared after the call with the reference's updated copy); ``scratch_args`` may be overwritten
-    (restored before each call, not compared). ``input_scales``: one extremal trial per entry after the
+    values; compared after the call with the reference's updated copy); ``scratch_args`` are workspaces whose
+    contents on entry are unspecified (poisoned before each call, not compared). ``input_scales``: one extremal trial per entry after the
     ``trials`` (inputs scaled by a number, or ``"mixed"`` per row; ``()`` for none), scaling the floating
     arguments ``scaled_args`` names (default: all but ``out_args``). ``check_precision``: the precision probe
     (inputs moved within the cells of the grid next coarser than the inputs' dtype, or than ``compute_dtype``;
@@ -742,17 +744,16 @@ class _Run:
 
     def _judge_rounding(self, trial: TrialReport, pairs: list, structure: Any, estimate: "_Lazy") -> None:
         """``rounding_bias`` for a 16-bit output whose deviations from the correctly rounded reference go one way,
-        unless the reference's own run at the inputs' precision errs one way there too (a shared value rounded at
-        that precision shifts whole rows)."""
+        over the whole output or a block of its rows or columns, unless the reference's own run at the inputs'
+        precision errs the same way there by about as much (a shared value rounded at that precision shifts
+        whole rows)."""
         for (name, cand), (_, ref), _ in pairs:
-            bias = rounding.rounding_bias(cand, ref)
+            bias = rounding.rounding_bias(cand, ref, lambda: estimate.get().outputs(structure)[0].get(name))
             if bias is None:
                 continue
-            same, _ = estimate.get().outputs(structure)
-            if rounding.excess_bias(same.get(name), ref) >= rounding.MIN_BIAS_ULP / 2:
-                continue
-            self._fail("rounding_bias", f"{name} rounds {bias.direction}", trial, bias.lines(name, cand.dtype),
-                       output=name)
+            where = "" if bias.region == "the whole output" else f" in {bias.region}"
+            self._fail("rounding_bias", f"{name} rounds {bias.direction}{where}", trial,
+                       bias.lines(name, cand.dtype), output=name)
 
     def _judge_poison(self, trial: TrialReport, name: str, cand: torch.Tensor, again: torch.Tensor | None,
                       ref: torch.Tensor) -> None:
