@@ -169,10 +169,13 @@ def _rms_inputs(seed):
     return make_tensor((16, 4096), "bfloat16", seed=seed), make_tensor((4096,), "bfloat16", seed=seed + 1)
 
 
-def test_an_rmsnorm_with_eps_1e2_fails_the_extremal_trials_in_bf16() -> None:
-    wrong = lambda x, w: _rms(x.float(), w.float(), 1e-2).to(x.dtype)  # noqa: E731
+def test_an_rmsnorm_with_eps_1e4_fails_the_extremal_trials_in_bf16() -> None:
+    wrong = lambda x, w: _rms(x.float(), w.float(), 1e-4).to(x.dtype)  # noqa: E731
     honest = lambda x, w: _rms(x.float(), w.float()).to(x.dtype)  # noqa: E731
     assert check_kernel(wrong, _rms, _rms_inputs, input_scales=()).passed  # unit variance hides eps
+    with pytest.raises(GateFailure) as failure:  # eps 1e-2 shrinks every output by most of an ulp: seen at unit scale
+        check_kernel(lambda x, w: _rms(x.float(), w.float(), 1e-2).to(x.dtype), _rms, _rms_inputs, input_scales=())
+    assert failure.value.reason == "rounding_bias"
     with pytest.raises(GateFailure) as failure:
         check_kernel(wrong, _rms, _rms_inputs)
     assert failure.value.reason == "mismatch"

@@ -3,20 +3,22 @@
 Per trial (fresh inputs from ``make_inputs(seed + trial)``), in this order:
 
 1. the candidate runs first (before any reference call of that trial, so no stale reference result can
-   sit in memory it allocates), with fresh allocations and freed memory poisoned;
+   sit in memory it allocates), with fresh allocations, freed memory, out buffers and scratch poisoned;
 2. its outputs (and the in-out arguments it updated) are copied in the caller's stream order, then every CUDA
    device is synchronised (all streams) and compared with the copies: a kernel that leaves work on a side
    stream shows as ``stale_output``;
 3. timing functions are checked (``timer_tampered``), inputs compared with their pre-call copy
    (``input_mutated``; the arguments declared as ``out_args``, ``inout_args`` or ``scratch_args`` may
-   change, :mod:`pytest_ditgate.correctness.roles`);
-4. the candidate runs again on the same inputs, in-out and scratch arguments restored (``nondeterministic``
-   beyond the allowance);
+   change, :mod:`pytest_ditgate.correctness.roles`), and the bytes of their buffers outside their views too
+   (:mod:`pytest_ditgate.correctness.storage`);
+4. the candidate runs again on the same inputs, in-out arguments restored and its memory poisoned with another
+   pattern (``nondeterministic`` beyond the allowance; a computed NaN is told from unwritten memory);
 5. the reference runs on float64 copies (float32 if float64 fails); then structure/shape, dtype, poison
    left in outputs, non-finite values, outputs equal to an earlier trial's while the reference changed
-   (``constant_output``), elementwise and relative-norm error (``mismatch``), and nondeterminism are
-   judged, the first failing check giving the reason. An output beyond the dtype table's bounds is judged
-   again against bounds derived from the honest-error estimate (:mod:`pytest_ditgate.correctness.honest`):
+   (``constant_output``), elementwise and relative-norm error (``mismatch``), directed rounding of a 16-bit
+   output over it or a block of its rows or columns (``rounding_bias``), and nondeterminism are judged,
+   the first failing check giving the reason. An output beyond the dtype table's bounds is judged again
+   against bounds derived from the honest-error estimate (:mod:`pytest_ditgate.correctness.honest`):
    the reference on the inputs' own dtypes (the candidate's precision, TF32 off unless declared) and on
    float64 ``|inputs|``. Those two runs are made only then, and on the first trial (whose same-precision
    run gives the output dtypes the candidate must return). An output that still fails is judged once more
@@ -43,7 +45,8 @@ import torch
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
-from pytest_ditgate.correctness import compare, conditioning, honest, memory, poison, rounding, scales, switches
+from pytest_ditgate.correctness import (compare, conditioning, honest, memory, poison, rounding, scales, storage,
+                                        switches)
 from pytest_ditgate.correctness.precision_probe import Probe
 from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
@@ -96,8 +99,8 @@ def check_kernel(
     ``"tf32"``), overridden by ``rtol``/``atol``/``rel_norm``. Arguments are named by positional index or
     keyword: ``out_args`` are output buffers the kernel writes (poisoned before each call; the kernel's
     outputs when it returns None); ``inout_args`` are read and updated in place (each call gets the pristine
-    values; compared after the call with the reference's updated copy); ``scratch_args`` may be overwritten
-    (restored before each call, not compared). ``input_scales``: one extremal trial per entry after the
+    values; compared after the call with the reference's updated copy); ``scratch_args`` are workspaces whose
+    contents on entry are unspecified (poisoned before each call, not compared). ``input_scales``: one extremal trial per entry after the
     ``trials`` (inputs scaled by a number, or ``"mixed"`` per row; ``()`` for none), scaling the floating
     arguments ``scaled_args`` names (default: all but ``out_args``). ``check_precision``: the precision probe
     (inputs moved within the cells of the grid next coarser than the inputs' dtype, or than ``compute_dtype``;
@@ -272,38 +275,31 @@ class _Run:
         if scale is not None:
             args, kwargs = self._scaled(trial, args, kwargs)
         outs = [t for _, t in self.roles.tensors(args, kwargs, "out_args")]
-        restored = self.roles.tensors(args, kwargs, "inout_args") + self.roles.tensors(args, kwargs, "scratch_args")
         inouts = self.roles.tensors(args, kwargs, "inout_args")
         trial.inputs = [compare.describe(n, t) for n, t in named_call_tensors(args, kwargs)]
         if self.estimate is None:
             self._check_fits(args, kwargs)
         self.phase = f"while copying the inputs of {self._where(trial)}"
-        pristine = (map_tensors(args, _snapshot), map_tensors(kwargs, _snapshot))
+        snapshot = storage.Snapshot(named_call_tensors(args, kwargs))  # layouts kept; bytes outside the views
+        pristine = (map_tensors(args, snapshot.pristine), map_tensors(kwargs, snapshot.pristine))
         pristine_by_name = dict(named_call_tensors(*pristine))
 
         self.phase = f"after the candidate's first call ({self._where(trial)})"
         first = self._run_candidate(trial, args, kwargs, outs, inouts, "first call")
-        for (name, now), (_, before) in zip(named_call_tensors(args, kwargs), named_call_tensors(*pristine)):
-            if name.split("[")[0] in self.roles.writable:
-                continue
-            change = compare.max_difference(now, before)
-            if change != 0:
-                declare = ("; a kernel that updates it in place declares it: inout_args=(...) (compared with the "
-                           "reference's updated copy) or scratch_args=(...) (restored, not compared)")
-                self._fail("input_mutated", f"the candidate modified its input {name}", trial, [
-                    f"input {name}: max change {change:.3e} (inputs must be read-only; the gate compares them "
-                    "before and after the call)" + declare])
+        self._check_inputs_kept(trial, (args, kwargs), pristine, snapshot, "first call")
         if first.returned is None and not inouts:
             self._fail("shape", "the candidate returned None on its first call (and no out_args or inout_args were "
                                 "given)", trial, [])
         second = None
         if self.check_determinism:
-            for name, tensor in restored:
+            for name, tensor in inouts:
                 tensor.copy_(pristine_by_name[name])
             self.phase = f"after the candidate's second call ({self._where(trial)})"
-            second = self._run_candidate(trial, args, kwargs, outs, inouts, "second call on the same inputs")
+            second = self._run_candidate(trial, args, kwargs, outs, inouts, "second call on the same inputs",
+                                         byte=poison.SECOND_POISON_BYTE)
+            self._check_inputs_kept(trial, (args, kwargs), pristine, snapshot, "second call")
             trial.determinism_checked = True
-        del args, kwargs, outs, restored, inouts
+        del args, kwargs, outs, inouts, snapshot
 
         self.phase = f"while running the reference on {self._copies_text(self.upcast_dtype)} ({self._where(trial)})"
         ref_out = self._run_reference(trial, pristine)
@@ -332,6 +328,27 @@ class _Run:
         self.output_bytes = [t.numel() * t.element_size() for _, t in first.named()]
         if self.probe.due(trial, failed=False):
             self._probe(trial, pristine, first, second, ref_out, conditioned)
+
+    def _check_inputs_kept(self, trial: TrialReport, call: tuple, pristine: tuple, snapshot: storage.Snapshot,
+                           which: str) -> None:
+        """``input_mutated`` for an argument the candidate changed without declaring it, and for a write into an
+        argument's buffer outside its view (which no declaration allows)."""
+        for (name, now), (_, before) in zip(named_call_tensors(*call), named_call_tensors(*pristine)):
+            if name.split("[")[0] in self.roles.writable:
+                continue
+            change = compare.max_difference(now, before)
+            if change != 0:
+                declare = ("; a kernel that updates it in place declares it: inout_args=(...) (compared with the "
+                           "reference's updated copy) or scratch_args=(...) (a workspace: not compared)")
+                self._fail("input_mutated", f"the candidate modified its input {name} ({which})", trial, [
+                    f"input {name}: max change {change:.3e} (inputs must be read-only; the gate compares them "
+                    "before and after the call)" + declare])
+        outside = snapshot.written_outside()
+        if outside is not None:
+            self._fail("input_mutated", f"the candidate wrote into the buffer of {' and '.join(outside.names)} outside "
+                       f"{'its view' if len(outside.names) == 1 else 'their views'} ({which})", trial,
+                       outside.lines() + ["no declaration allows it: out_args, inout_args and scratch_args let a "
+                                          "kernel write the elements of the view, not the memory around it"])
 
     def _probe(self, trial: TrialReport, pristine: tuple, first: _Outputs, second: _Outputs | None,
                ref_out: _Outputs, conditioned: "_Lazy") -> None:
@@ -442,15 +459,21 @@ class _Run:
 
     # -- running the two sides --------------------------------------------------------------------
     def _run_candidate(self, trial: TrialReport, args: tuple, kwargs: dict, outs: list,
-                       inouts: list[tuple[str, torch.Tensor]], which: str, mode: Any = None) -> _Outputs:
+                       inouts: list[tuple[str, torch.Tensor]], which: str, mode: Any = None,
+                       byte: int = poison.POISON_BYTE) -> _Outputs:
+        """One call of the candidate, its memory poisoned with ``byte`` bytes: the scratch arguments always
+        (their contents on entry are unspecified), the out buffers, fresh allocations and freed memory unless
+        ``poison_memory=False``."""
         devices = {t.device for _, t in named_call_tensors(args, kwargs)}
+        for _, workspace in self.roles.tensors(args, kwargs, "scratch_args"):
+            poison.fill_view(workspace, byte)
         if self.poison_memory:
             sizes = [t.numel() * t.element_size() for _, t in named_call_tensors(args, kwargs)] + self.output_bytes
-            poison.poison_free_memory(devices, sizes)
+            poison.poison_free_memory(devices, sizes, byte=byte)
             for buffer in outs:
-                poison.fill_poison(buffer)
+                poison.fill_view(buffer, byte)
         use_mode = self.poison_memory and (poison.MODE_LETS_COMPILED_CODE_RUN or not poison.looks_compiled(self.candidate))
-        poisoning = poison.PoisonEmpty() if use_mode else contextlib.nullcontext()
+        poisoning = poison.PoisonEmpty(byte) if use_mode else contextlib.nullcontext()
         try:
             self.probe.switches.note(switches.read())
             with poisoning, mode if mode is not None else contextlib.nullcontext():
@@ -692,9 +715,10 @@ class _Run:
             if expected is not None and cand.dtype != expected:
                 self._fail("dtype", f"{name} is {cand.dtype}, the reference returns {expected} on these inputs",
                            trial, [f"output {name}: shape {list(cand.shape)}"])
+        again = dict(second.named()) if second is not None else {}
         for (name, cand), (_, ref), _ in pairs:
             if self.poison_memory:  # without poisoning, bytes of 0xFF are a value (a NaN), not a sign of staleness
-                self._judge_poison(trial, name, cand, ref)
+                self._judge_poison(trial, name, cand, again.get(name), ref)
             count, where = compare.nonfinite_where_reference_finite(cand, ref)
             if count:
                 self._fail("nonfinite", f"{name} has NaN/Inf where the reference is finite", trial, [
@@ -720,34 +744,50 @@ class _Run:
 
     def _judge_rounding(self, trial: TrialReport, pairs: list, structure: Any, estimate: "_Lazy") -> None:
         """``rounding_bias`` for a 16-bit output whose deviations from the correctly rounded reference go one way,
-        unless the reference's own run at the inputs' precision errs one way there too (a shared value rounded at
-        that precision shifts whole rows)."""
+        over the whole output or a block of its rows or columns, unless the reference's own run at the inputs'
+        precision errs the same way there by about as much (a shared value rounded at that precision shifts
+        whole rows)."""
         for (name, cand), (_, ref), _ in pairs:
-            bias = rounding.rounding_bias(cand, ref)
+            bias = rounding.rounding_bias(cand, ref, lambda: estimate.get().outputs(structure)[0].get(name))
             if bias is None:
                 continue
-            same, _ = estimate.get().outputs(structure)
-            if rounding.excess_bias(same.get(name), ref) >= rounding.MIN_BIAS_ULP / 2:
-                continue
-            self._fail("rounding_bias", f"{name} rounds {bias.direction}", trial, bias.lines(name, cand.dtype),
-                       output=name)
+            where = "" if bias.region == "the whole output" else f" in {bias.region}"
+            self._fail("rounding_bias", f"{name} rounds {bias.direction}{where}", trial,
+                       bias.lines(name, cand.dtype), output=name)
 
-    def _judge_poison(self, trial: TrialReport, name: str, cand: torch.Tensor, ref: torch.Tensor) -> None:
+    def _judge_poison(self, trial: TrialReport, name: str, cand: torch.Tensor, again: torch.Tensor | None,
+                      ref: torch.Tensor) -> None:
+        """``stale_output`` where an output holds the poison of its call: the first call's ``0xFF`` bytes where
+        the second call (poisoned with ``0x7F`` bytes) does not return the same bits (a NaN the kernel computes
+        and the CPU converts to ``0xFFFF`` in bfloat16 is the same in both calls), or the second call's pattern
+        where the first does not hold it."""
         if cand.dtype is torch.bool:
             return
         flat_ref = ref.detach().reshape(-1)
+        flat_again = again.detach().reshape(-1) if again is not None and again.shape == cand.shape \
+            and again.dtype == cand.dtype else None
 
         def stale(chunk: torch.Tensor, start: int) -> torch.Tensor:
             ref_chunk = flat_ref[start:start + chunk.numel()].to(chunk.device, chunk.dtype)
-            return poison.poisoned_mask(chunk) & ~poison.poisoned_mask(ref_chunk)
+            mask = poison.poisoned_mask(chunk) & ~poison.poisoned_mask(ref_chunk)
+            if flat_again is None:
+                return mask
+            other = flat_again[start:start + chunk.numel()].to(chunk.device)
+            second = poison.SECOND_POISON_BYTE
+            return (mask & ~poison.poisoned_mask(other)) | (poison.poisoned_mask(other, second)
+                                                             & ~poison.poisoned_mask(chunk, second)
+                                                             & ~poison.poisoned_mask(ref_chunk, second))
 
         count, where = compare.first_where(cand, stale)
         if count:
-            self._fail("stale_output", f"{name} has elements the candidate never wrote", trial, [
-                f"{count} of {cand.numel()} elements of {name} still hold the poison pattern "
-                f"(0xFF bytes) put into fresh allocations and freed memory before the call; first at "
-                f"index {where} (reference there: {_num(ref[where])}): outputs left unwritten read "
-                "stale memory (e.g. torch.empty holding an earlier result)"])
+            which = ("the poison pattern of its call (0xFF bytes before the first call, 0x7F before the second)"
+                     if flat_again is not None else "the poison pattern (0xFF bytes)")
+            computed = " (or computed from a scratch argument's contents on entry)" if self.roles.scratch else ""
+            self._fail("stale_output", f"{name} has elements the candidate never wrote{computed}", trial, [
+                f"{count} of {cand.numel()} elements of {name} still hold {which}, put into fresh allocations, "
+                f"freed memory and out buffers before the call; first at index {where} (reference there: "
+                f"{_num(ref[where])}): outputs left unwritten read stale memory (e.g. torch.empty holding an earlier "
+                "result)"])
 
     def _compare(self, name: str, cand: torch.Tensor, ref: torch.Tensor, structure: Any, estimate: "_Lazy",
                  conditioned: "_Lazy") -> Any:
@@ -814,8 +854,19 @@ class _Run:
         self.report.failed_trial = trial.trial if trial is not None else None
         self.report.failed_output = output
         self.report.memory = self._memory_record()
+        if self.roles.scratch and reason in _SCRATCH_SHOWS_AS:
+            names = ", ".join(key_name(key) for key in self.roles.scratch)
+            details = [*details, f"scratch_args ({names}) hold unspecified contents on entry to every call: the gate "
+                       "fills them with 0xFF bytes (NaN) before the first call and 0x7F bytes before the second; a "
+                       "kernel that needs a zeroed workspace zeroes it itself, or takes it as an in-out argument "
+                       "(inout_args=: make_inputs' values on entry, compared with the reference's copy after)"]
         message = failure_message(self.report, reason, headline, trial, details)
         raise GateFailure(reason, message, report=self.report) from cause
+
+
+#: the failures a kernel that reads its scratch before writing it shows (their message says what scratch holds)
+_SCRATCH_SHOWS_AS = frozenset({"stale_output", "nonfinite", "constant_output", "mismatch", "nondeterministic",
+                               "rounding_bias"})
 
 
 #: a rel-norm error at least this large is no nearer than an output of zeros: wrong, not a lower precision (the

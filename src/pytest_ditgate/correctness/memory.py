@@ -1,6 +1,7 @@
 """The memory a kernel check needs, what it held, and a clear failure when it cannot fit.
 
-A check holds the inputs, one pristine copy of them (to detect mutation and to feed the reference), the
+A check holds the inputs, one pristine copy of them (to detect mutation and to feed the reference; the whole
+buffer of an input that is a view of a larger one, to see writes outside the view), the
 candidate's outputs of two calls, and the reference's run on float64 copies: the copies themselves (8 bytes
 per floating element) and whatever the reference allocates in float64, plus its outputs. Comparisons run
 in chunks (:mod:`pytest_ditgate.correctness.compare`) and earlier trials' outputs are kept as fingerprints,
@@ -50,12 +51,16 @@ class Estimate:
 
 def estimate(inputs: Any, upcast_itemsize: int | None) -> Estimate:
     """The :class:`Estimate` for a call's tensors (``inputs``: ``(args, kwargs)``); ``upcast_itemsize`` is 8
-    for a float64 reference, 4 for float32, None when the reference runs on the inputs' dtypes."""
+    for a float64 reference, 4 for float32, None when the reference runs on the inputs' dtypes. The pristine
+    copy holds the whole buffer of an input that is a view of a larger one
+    (:mod:`pytest_ditgate.correctness.storage`)."""
+    from pytest_ditgate.correctness.storage import pristine_bytes
+
     tensors = [t for _, t in named_tensors(inputs, "in")]
     size = tensors_bytes(tensors)
     floating = sum(t.numel() for t in tensors if t.is_floating_point() or t.is_complex())
     upcast = floating * upcast_itemsize if upcast_itemsize else size
-    return Estimate(inputs=size, pristine=size, upcast_copies=upcast)
+    return Estimate(inputs=size, pristine=pristine_bytes(tensors), upcast_copies=upcast)
 
 
 def free_bytes(device: Any) -> tuple[int | None, int | None]:

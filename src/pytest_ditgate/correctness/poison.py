@@ -11,7 +11,11 @@ often hands back the block that held the reference's (or its own previous) resul
   made outside the dispatcher.
 
 The pattern is all bytes ``0xFF``: a NaN in every floating format (negative, unlike CUDA's canonical NaN
-``0x7FFFFFFF``), ``-1``/max for integers. :func:`poisoned_mask` finds elements still holding it.
+``0x7FFFFFFF``), ``-1``/max for integers. :func:`poisoned_mask` finds elements still holding it. The CPU's
+conversion of a NaN to bfloat16 gives ``0xFFFF`` too, so the candidate's second call on the same inputs is
+poisoned with another pattern, :data:`SECOND_POISON_BYTE` (``0x7F`` bytes: a huge finite float32 or
+bfloat16, a NaN in float16): an element that holds its call's pattern in one call and not the same bits in
+the other was left unwritten; one that holds ``0xFF`` bytes in both was written (a NaN the kernel computed).
 """
 
 from __future__ import annotations
@@ -22,19 +26,35 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 POISON_BYTE = 0xFF
+#: the pattern of the candidate's second call (another pattern tells a computed all-ones NaN from poison)
+SECOND_POISON_BYTE = 0x7F
 
 _EMPTY_OPS = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
 
-def fill_poison(tensor: torch.Tensor) -> None:
-    """Overwrite all of ``tensor``'s storage with the poison pattern (bool tensors are left alone)."""
+def fill_poison(tensor: torch.Tensor, byte: int = POISON_BYTE) -> None:
+    """Overwrite all of ``tensor``'s storage with the poison pattern (bool tensors are left alone): a fresh
+    allocation, all of whose storage is the kernel's."""
     if tensor.dtype is torch.bool or tensor.numel() == 0:
         return
-    tensor.untyped_storage().fill_(POISON_BYTE)
+    tensor.untyped_storage().fill_(byte)
+
+
+def fill_view(tensor: torch.Tensor, byte: int = POISON_BYTE) -> None:
+    """Overwrite the elements of ``tensor`` (its view only: the rest of its buffer may be another argument's
+    or the caller's) with the poison pattern; bool tensors are left alone."""
+    if tensor.dtype is torch.bool or tensor.numel() == 0:
+        return
+    pattern = torch.full((tensor.element_size(),), byte, dtype=torch.uint8, device=tensor.device)
+    tensor.detach().copy_(pattern.view(tensor.dtype).reshape(()).expand(tensor.shape))
 
 
 class PoisonEmpty(TorchDispatchMode):
-    """While active, every uninitialised allocation through the dispatcher comes back poisoned."""
+    """While active, every uninitialised allocation through the dispatcher comes back poisoned (with ``byte``)."""
+
+    def __init__(self, byte: int = POISON_BYTE) -> None:
+        super().__init__()
+        self.byte = byte
 
     @classmethod
     def ignore_compile_internals(cls) -> bool:
@@ -49,7 +69,7 @@ class PoisonEmpty(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001 - torch's signature
         out = func(*args, **(kwargs or {}))
         if func.overloadpacket.__name__ in _EMPTY_OPS and isinstance(out, torch.Tensor):
-            fill_poison(out)
+            fill_poison(out, self.byte)
         return out
 
 
@@ -62,7 +82,8 @@ def looks_compiled(candidate: object) -> bool:
     return hasattr(candidate, "_torchdynamo_orig_callable") or type(candidate).__name__ == "OptimizedModule"
 
 
-def poison_free_memory(devices: Iterable[torch.device], sizes: Iterable[int], copies: int = 2) -> None:
+def poison_free_memory(devices: Iterable[torch.device], sizes: Iterable[int], copies: int = 2,
+                       byte: int = POISON_BYTE) -> None:
     """Allocate ``copies`` blocks of each byte size on each device, poison them and free them again."""
     sizes = sorted({int(size) for size in sizes if size > 0})
     for device in devices:
@@ -70,17 +91,17 @@ def poison_free_memory(devices: Iterable[torch.device], sizes: Iterable[int], co
         for size in sizes:
             for _ in range(copies):
                 block = torch.empty(size, dtype=torch.uint8, device=device)
-                block.fill_(POISON_BYTE)
+                block.fill_(byte)
                 blocks.append(block)
         del blocks  # back to the caching allocator (CUDA) or the C allocator (CPU), full of poison
 
 
-def poisoned_mask(tensor: torch.Tensor) -> torch.Tensor | None:
-    """Boolean mask of elements whose bytes are all the poison byte; None for bool tensors."""
+def poisoned_mask(tensor: torch.Tensor, byte: int = POISON_BYTE) -> torch.Tensor | None:
+    """Boolean mask of elements whose bytes are all ``byte``; None for bool tensors."""
     if tensor.dtype is torch.bool:
         return None
     flat = tensor.detach().reshape(-1).contiguous()
     if flat.numel() == 0:
         return torch.zeros(tensor.shape, dtype=torch.bool, device=tensor.device)
     raw = flat.view(torch.uint8).reshape(flat.numel(), flat.element_size())
-    return (raw == POISON_BYTE).all(dim=1).reshape(tensor.shape)
+    return (raw == byte).all(dim=1).reshape(tensor.shape)

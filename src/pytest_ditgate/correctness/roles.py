@@ -4,8 +4,9 @@ it (``inout_args``), or uses it as scratch it may overwrite (``scratch_args``).
 A kernel that updates a buffer in place (a KV-cache append, an ``_inplace`` RoPE, a fused optimizer step, a
 cross entropy that writes its gradient into the logits) is checked by declaring that argument: an in-out
 argument is compared after the call with the reference's version of it (the reference gets its own copy,
-which it updates the same way); scratch is restored before every call and not compared. Any other argument
-the kernel changes still fails ``input_mutated``. Keys are positional indices or keyword names, as
+which it updates the same way); scratch holds unspecified contents on entry (the gate poisons it before
+every call) and is not compared. Any other argument the kernel changes still fails ``input_mutated``, and so
+does a write outside an argument's view (:mod:`pytest_ditgate.correctness.storage`). Keys are positional indices or keyword names, as
 ``make_inputs`` passes them.
 """
 

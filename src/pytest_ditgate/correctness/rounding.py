@@ -8,12 +8,27 @@ rounding (larger errors are the computation's, judged by the tolerance). A kerne
 more precise result deviates from that only near ties, either way; double rounding (an intermediate in bf16) and
 stochastic rounding deviate either way too. A directed one deviates one way, and its mean error in that way
 exceeds round-to-nearest's.
+
+The test runs over the whole output and over regions of it: blocks of rows and blocks of columns of its last two
+dims (the leading dims count as rows), each of about :data:`REGION_ELEMENTS` elements, so that a directed rounding
+confined to part of the output (the last tile's columns, the last rows) is not averaged away by the rest. A region
+needs more deviations and a larger share one way than the whole output (many regions: some honest ones lean by
+chance), and the same mean error beyond round-to-nearest's.
+
+A bias the reference's own run at the inputs' precision shows too (a value shared by a row and rounded at that
+precision shifts the row one way) is excused in the same region, up to :data:`EXCUSE_FACTOR` times the reference's
+own plus :data:`EXCUSE_MARGIN_ULP` (the reference's op-by-op roundings blur its shift a little). The reference's
+bias counts in the same direction or the opposite one (toward zero against away from zero, toward -inf against
+toward +inf): a shared value near a rounding tie rounds one way in the kernel and the other in the reference's run
+(about one row in a hundred), shifting the row by as much the other way. Its size is what excuses: a bias the
+precision does not explain (a truncating cast's 0.5 ulp where the reference's run errs 0.05) is not excused.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
@@ -31,6 +46,20 @@ MIN_SHARE = 0.85
 #: of the midpoints, round-to-nearest itself errs one way, and stochastic rounding, which then deviates one way,
 #: errs less)
 MIN_BIAS_ULP = 0.1
+#: a region (a block of rows or of columns) holds about this many elements
+REGION_ELEMENTS = 1024
+#: a region is judged from this many deviations on (an honest kernel computing in float32 deviates from
+#: round-to-nearest only near ties: a few in a thousand elements)
+REGION_MIN_DEVIATIONS = 64
+#: and at least this share of them one way (and six standard deviations of a fair coin above one half: over
+#: thousands of regions, four would let honest ones through by chance)
+REGION_MIN_SHARE = 0.9
+#: a bias the reference's own run at the inputs' precision shows in the same region (at least half of MIN_BIAS_ULP,
+#: this direction or the opposite) excuses the candidate's up to this factor of it plus this margin: a kernel rounding the same
+#: shared value in float32 math errs up to 1.3 times the op-by-op reference's; a truncating cast, 0.5 ulp, is not
+#: excused by a row normaliser's 0.1
+EXCUSE_FACTOR = 1.5
+EXCUSE_MARGIN_ULP = 0.05
 #: (name, whether it is measured against the reference's sign, the deviation's sign that counts)
 DIRECTIONS = (("toward zero", True, -1), ("away from zero", True, 1), ("toward -inf", False, -1),
               ("toward +inf", False, 1))
@@ -38,7 +67,7 @@ DIRECTIONS = (("toward zero", True, -1), ("away from zero", True, 1), ("toward -
 
 @dataclass(frozen=True)
 class RoundingBias:
-    """One output's directed rounding: its direction and the counts behind it."""
+    """One output's directed rounding: where, its direction and the counts behind it."""
 
     direction: str
     judged: int  # elements with an inexact, non-tie exact value and an error within one rounding
@@ -46,45 +75,124 @@ class RoundingBias:
     one_way: int  # of the deviations, those in ``direction``
     bias_ulp: float  # the candidate's mean error in ``direction``, in ulps
     nearest_bias_ulp: float  # round-to-nearest's, on the same elements
+    region: str = "the whole output"  # or "rows 60-63 of 64", "columns 960-975 of 1000"
+    excuse_ulp: float | None = None  # the reference's own excess that way at the inputs' precision, where measured
 
     def lines(self, name: str, dtype: torch.dtype) -> list[str]:
         share = self.one_way / self.deviations
-        return [f"{name} ({str(dtype).removeprefix('torch.')}): {self.deviations} of {self.judged} elements differ "
-                f"from the correctly rounded reference (round to nearest), {self.one_way} of them ({share:.0%}) "
-                f"{self.direction}; mean error {self.bias_ulp:.2f} ulp {self.direction} (round to nearest: "
-                f"{self.nearest_bias_ulp:+.2f})",
-                "a kernel rounding to nearest deviates only near ties, either way: this looks like a truncating "
-                "cast (round toward zero), a directed rounding mode or a one-signed approximation; "
-                "check_rounding=False accepts it"]
+        where = "" if self.region == "the whole output" else f" in {self.region}"
+        lines = [f"{name} ({str(dtype).removeprefix('torch.')}){where}: {self.deviations} of {self.judged} elements "
+                 f"differ from the correctly rounded reference (round to nearest), {self.one_way} of them ({share:.0%}) "
+                 f"{self.direction}; mean error {self.bias_ulp:.2f} ulp {self.direction} (round to nearest: "
+                 f"{self.nearest_bias_ulp:+.2f})"]
+        if self.excuse_ulp is not None:
+            lines.append(f"the reference's own run at the inputs' precision errs {self.excuse_ulp:.2f} ulp one way "
+                         f"(this or the opposite) beyond round to nearest there: it excuses up to "
+                         f"{EXCUSE_FACTOR * self.excuse_ulp + EXCUSE_MARGIN_ULP:.2f} ulp, not "
+                         f"{self.bias_ulp - self.nearest_bias_ulp:.2f}")
+        lines.append("a kernel rounding to nearest deviates only near ties, either way: this looks like a truncating "
+                     "cast (round toward zero), a directed rounding mode or a one-signed approximation"
+                     + ("" if self.region == "the whole output" else " in part of the output (a tile's epilogue)")
+                     + "; check_rounding=False accepts it")
+        return lines
 
 
-@dataclass
-class _Tally:
-    """Counts and sums over the judged elements of one output."""
+class _Sums:
+    """Sums over the judged elements of each region of one partition of an output: one float64 row per
+    quantity (see :func:`_stats`), one column per region."""
 
-    judged: int = 0
-    deviations: int = 0
-    one_way: dict[str, int] = field(default_factory=lambda: {name: 0 for name, _, _ in DIRECTIONS})
-    # the errors' sums in ulps, plain (False) and against the exact value's sign (True): the output's, and
-    # round-to-nearest's on the same elements
-    error_sum: dict[bool, float] = field(default_factory=lambda: {False: 0.0, True: 0.0})
-    nearest_sum: dict[bool, float] = field(default_factory=lambda: {False: 0.0, True: 0.0})
+    def __init__(self, regions: int, device: torch.device) -> None:
+        self.table = torch.zeros(_STATS, regions, dtype=torch.float64, device=device)
 
-    def biases(self, signed: bool, way: int) -> tuple[float, float]:
-        """The output's and round-to-nearest's mean error in a direction, in ulps."""
-        return way * self.error_sum[signed] / self.judged, way * self.nearest_sum[signed] / self.judged
+    def add(self, region: torch.Tensor, stats: torch.Tensor) -> None:
+        self.table.index_add_(1, region, stats)
+
+    @property
+    def judged(self) -> torch.Tensor:
+        return self.table[0]
+
+    @property
+    def deviations(self) -> torch.Tensor:
+        return self.table[1]
+
+    @property
+    def one_way(self) -> torch.Tensor:
+        """Deviations in each direction: ``(4, regions)``."""
+        return self.table[2:2 + len(DIRECTIONS)]
+
+    def biases(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output's and round-to-nearest's mean error per direction and region, in ulps: ``(4, regions)``."""
+        judged = self.judged.clamp(min=1)
+        ways = torch.tensor([float(way) for _, _, way in DIRECTIONS], dtype=torch.float64,
+                            device=judged.device)[:, None]
+        rows = [(7 if signed else 6) for _, signed, _ in DIRECTIONS]
+        return ways * self.table[rows] / judged, ways * self.table[[row + 2 for row in rows]] / judged
 
 
-def _tally(output: torch.Tensor, reference: torch.Tensor) -> _Tally | None:
+#: rows of a :class:`_Sums` table: judged, deviations, one per direction, the errors' sums in ulps plain and
+#: against the exact value's sign, round-to-nearest's the same two
+_STATS = 2 + len(DIRECTIONS) + 4
+
+
+def _stats(step: torch.Tensor, sign: torch.Tensor, mine: torch.Tensor, theirs: torch.Tensor) -> torch.Tensor:
+    """The :class:`_Sums` rows of each judged element: ``(_STATS, elements)``."""
+    rows = [torch.ones_like(mine), (step != 0).to(torch.float64)]
+    rows += [((step * sign if signed else step) == way).to(torch.float64) for _, signed, way in DIRECTIONS]
+    rows += [mine, mine * sign, theirs, theirs * sign]
+    return torch.stack(rows)
+
+
+@dataclass(frozen=True)
+class _Partition:
+    """The output's elements split into regions: the whole output, blocks of rows or blocks of columns of its
+    last two dims (leading dims counted as rows)."""
+
+    name: str  # "output", "rows", "columns"
+    block: int  # rows or columns per region
+    total: int  # rows or columns in all
+    regions: int
+
+    def region_of(self, flat: torch.Tensor, width: int) -> torch.Tensor:
+        if self.name == "output":
+            return torch.zeros_like(flat)
+        line = flat // width if self.name == "rows" else flat % width
+        return line // self.block
+
+    def describe(self, region: int) -> str:
+        if self.name == "output":
+            return "the whole output"
+        first, last = region * self.block, min(self.total, (region + 1) * self.block) - 1
+        span = f"{self.name[:-1]} {first}" if first == last else f"{self.name} {first}-{last}"
+        return f"{span} of {self.total}"
+
+
+def _partitions(shape: torch.Size) -> list[_Partition]:
+    """The whole output, then its blocks of rows and of columns (none for a single element)."""
+    parts = [_Partition("output", 1, 1, 1)]
+    numel = math.prod(shape)
+    if not shape or numel <= REGION_ELEMENTS:
+        return parts
+    width = shape[-1]
+    rows = numel // width
+    for name, lines, other in (("rows", rows, width), ("columns", width, rows)):
+        block = max(1, math.ceil(REGION_ELEMENTS / other))
+        if block < lines:
+            parts.append(_Partition(name, block, lines, math.ceil(lines / block)))
+    return parts
+
+
+def _measure(output: torch.Tensor, reference: torch.Tensor) -> list[tuple[_Partition, _Sums]] | None:
     """The rounding of ``output`` (a 16-bit float output) against ``reference`` (its exact value, in a wider dtype),
-    or None where it is not judged (another dtype, another shape, a reference no wider than the output)."""
+    summed per region of each partition; None where it is not judged (another dtype, another shape, a reference
+    no wider than the output, no element judged)."""
     dtype = output.dtype
     if dtype not in ROUNDED_DTYPES or output.shape != reference.shape or not reference.is_floating_point() \
-            or torch.finfo(reference.dtype).bits <= torch.finfo(dtype).bits:
+            or torch.finfo(reference.dtype).bits <= torch.finfo(dtype).bits or output.numel() == 0:
         return None
     info = torch.finfo(dtype)
-    tally = _Tally()
-    for _, (out, ref) in compare.chunks(output, reference):
+    width = output.shape[-1] if output.dim() else 1
+    partitions = [(part, _Sums(part.regions, output.device)) for part in _partitions(output.shape)]
+    for start, (out, ref) in compare.chunks(output, reference):
         exact = ref.to(torch.float64)
         got = out.to(torch.float64)
         nearest = exact.to(dtype).to(torch.float64)
@@ -95,41 +203,68 @@ def _tally(output: torch.Tensor, reference: torch.Tensor) -> _Tally | None:
                 & (nearest != exact) & ((nearest_error.abs() - 0.5).abs() > 1e-9) & (error.abs() <= 1.0))
         if not bool(keep.any()):
             continue
-        sign = torch.sign(exact[keep])
-        step = torch.sign(got[keep] - nearest[keep])
-        mine, theirs = error[keep], nearest_error[keep]
-        tally.judged += int(keep.sum())
-        tally.deviations += int((step != 0).sum())
-        for name, signed, way in DIRECTIONS:
-            tally.one_way[name] += int(((step * sign if signed else step) == way).sum())
-        for signed, weight in ((False, 1.0), (True, sign)):
-            tally.error_sum[signed] += float((mine * weight).sum())
-            tally.nearest_sum[signed] += float((theirs * weight).sum())
-    return tally if tally.judged else None
-
-
-def rounding_bias(candidate: torch.Tensor, reference: torch.Tensor) -> RoundingBias | None:
-    """The directed rounding of ``candidate`` against ``reference`` (its exact value, in a wider dtype), or None:
-    not judged (other dtypes, too few deviations from round-to-nearest) or no direction stands out."""
-    tally = _tally(candidate, reference)
-    if tally is None or tally.deviations < MIN_DEVIATIONS:
+        flat = start + keep.nonzero()[:, 0]
+        stats = _stats(torch.sign(got[keep] - nearest[keep]), torch.sign(exact[keep]), error[keep],
+                       nearest_error[keep])
+        for part, sums in partitions:
+            sums.add(part.region_of(flat, width), stats)
+    if float(partitions[0][1].judged[0]) == 0:
         return None
-    share_needed = max(MIN_SHARE, 0.5 + 2.0 / math.sqrt(tally.deviations))
-    for name, signed, way in DIRECTIONS:
-        bias, nearest_bias = tally.biases(signed, way)
-        if tally.one_way[name] >= share_needed * tally.deviations and bias >= MIN_BIAS_ULP \
-                and bias - nearest_bias >= MIN_BIAS_ULP:
-            return RoundingBias(name, tally.judged, tally.deviations, tally.one_way[name], bias, nearest_bias)
+    return partitions
+
+
+def _failing(part: _Partition, sums: _Sums) -> list[tuple[int, int, float, float]]:
+    """``(region, direction index, bias, round-to-nearest's bias)`` of each region and direction that fails,
+    largest excess first."""
+    whole = part.name == "output"
+    minimum, floor, sigmas = ((MIN_DEVIATIONS, MIN_SHARE, 2.0) if whole
+                              else (REGION_MIN_DEVIATIONS, REGION_MIN_SHARE, 3.0))
+    deviations = sums.deviations
+    share = torch.maximum(torch.full_like(deviations, floor), 0.5 + sigmas / deviations.clamp(min=1).sqrt())
+    bias, nearest = sums.biases()
+    fails = ((deviations >= minimum)[None] & (sums.one_way >= share[None] * deviations[None])
+             & (bias >= MIN_BIAS_ULP) & (bias - nearest >= MIN_BIAS_ULP))
+    found = [(int(region), int(way), float(bias[way, region]), float(nearest[way, region]))
+             for way, region in fails.nonzero().tolist()]
+    return sorted(found, key=lambda item: item[3] - item[2])
+
+
+def rounding_bias(candidate: torch.Tensor, reference: torch.Tensor,
+                  same_precision: Callable[[], torch.Tensor | None] | None = None) -> RoundingBias | None:
+    """The directed rounding of ``candidate`` against ``reference`` (its exact value, in a wider dtype), over the
+    whole output and over its blocks of rows and columns, or None: not judged (other dtypes, too few deviations
+    from round-to-nearest) or no direction stands out anywhere. ``same_precision()``: the reference's own output
+    at the inputs' precision (asked for only where a region fails); a bias it shows too, in the same region, this
+    direction or the opposite one, excuses the candidate's up to :data:`EXCUSE_FACTOR` times as much plus
+    :data:`EXCUSE_MARGIN_ULP`."""
+    measured = _measure(candidate, reference)
+    if measured is None:
+        return None
+    excuses: list[tuple[_Partition, _Sums]] | None = None
+    asked = False
+    for index, (part, sums) in enumerate(measured):
+        for region, way, bias, nearest in _failing(part, sums):
+            if not asked and same_precision is not None:
+                asked, same = True, same_precision()
+                excuses = _measure(same, reference) if same is not None else None
+            excuse = None
+            if excuses is not None:
+                theirs, their_nearest = excuses[index][1].biases()
+                excuse = max(float(theirs[w, region] - their_nearest[w, region]) for w in (way, way ^ 1))
+                if excuse >= MIN_BIAS_ULP / 2 and bias - nearest <= EXCUSE_FACTOR * excuse + EXCUSE_MARGIN_ULP:
+                    continue
+            return RoundingBias(DIRECTIONS[way][0], int(sums.judged[region]), int(sums.deviations[region]),
+                                int(sums.one_way[way, region]), bias, nearest, part.describe(region),
+                                excuse if excuse is not None and excuse >= MIN_BIAS_ULP / 2 else None)
     return None
 
 
 def excess_bias(output: torch.Tensor | None, reference: torch.Tensor) -> float:
-    """The largest mean error of ``output`` in any direction beyond round-to-nearest's, in ulps (0.0 where it is
-    not judged). Applied to the reference's own run at the output's precision: a shared value rounded at that
-    precision (a row's normaliser, a log-sum-exp) shifts a whole row one way, and where the reference's own
-    run shows such shifts, a direction in the candidate's deviations is the precision's, not the kernel's."""
-    tally = None if output is None else _tally(output, reference)
-    if tally is None:
+    """The largest mean error of ``output`` over the whole output in any direction beyond round-to-nearest's, in
+    ulps (0.0 where it is not judged): what the reference's own run at the output's precision shows where a
+    shared value rounded at that precision (a row's normaliser, a log-sum-exp) shifts whole rows one way."""
+    measured = None if output is None else _measure(output, reference)
+    if measured is None:
         return 0.0
-    return max(max(0.0, bias - nearest) for bias, nearest in
-               (tally.biases(signed, way) for _, signed, way in DIRECTIONS))
+    bias, nearest = measured[0][1].biases()
+    return max(0.0, float((bias - nearest)[:, 0].max()))
