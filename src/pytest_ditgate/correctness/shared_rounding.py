@@ -11,7 +11,7 @@ bf16 values, and no single factor reproduces more than about nine in ten of its 
 most of its elements (the point covered by the most of the elements' intervals of factors that round to the
 candidate's value), keeps the better, and counts per region the elements it reproduces. A region is explained
 where :data:`EXPLAINED_SHARE` of its judged elements are, with each row's factor within one ulp of 1 (its offset
-within one ulp of the row's largest value). One more condition keeps a scale out: a rounded value errs either
+within one ulp of the row's largest value) and at least :data:`MIN_ROW_ELEMENTS` judged elements in the row. One more condition keeps a scale out: a rounded value errs either
 way from row to row, so where :data:`MIN_ROWS_FOR_SIGNS` or more rows are shifted noticeably and nearly all the
 same way (four standard deviations of a fair coin), it is a scale (0.1 % low everywhere, a wrong eps), and
 nothing is explained.
@@ -34,6 +34,8 @@ EXPLAINED_SHARE = 0.99
 MIN_ROWS_FOR_SIGNS = 16
 #: a row's shift counts as noticeable from this fraction of an ulp on
 NOTICEABLE = 1 / 16
+#: a row with fewer judged elements explains nothing (one factor reproduces two or three elements of any rounding)
+MIN_ROW_ELEMENTS = 32
 #: the intervals of values that round to an output value reach this fraction of a spacing past its midpoints
 _HAIR = 2.0 ** -20
 
@@ -72,7 +74,7 @@ def fit(output: torch.Tensor, reference: torch.Tensor, partitions: list[Any]) ->
         bound = torch.where(kind == 0, torch.full_like(value, eps),
                             eps * exact.abs().masked_fill(~keep, 0).amax(dim=1))
         shift = torch.where(kind == 0, value - 1, value)
-        fits = shift.abs() <= bound
+        fits = (shift.abs() <= bound) & (keep.sum(dim=1) >= MIN_ROW_ELEMENTS)
         best &= fits[:, None]
         noticeable = fits & (shift.abs() >= NOTICEABLE * bound)
         for code, name in ((0, "factor"), (1, "offset")):
