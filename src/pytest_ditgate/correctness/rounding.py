@@ -22,6 +22,9 @@ bias counts in the same direction or the opposite one (toward zero against away 
 toward +inf): a shared value near a rounding tie rounds one way in the kernel and the other in the reference's run
 (about one row in a hundred), shifting the row by as much the other way. Its size is what excuses: a bias the
 precision does not explain (a truncating cast's 0.5 ulp where the reference's run errs 0.05) is not excused.
+A region whose rows are each exactly one factor (or offset) from the correctly rounded reference, the rows' shifts
+going both ways, is excused too: one value per row rounded where the reference does not round it
+(:mod:`pytest_ditgate.correctness.shared_rounding`).
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import Callable
 
 import torch
 
-from pytest_ditgate.correctness import compare
+from pytest_ditgate.correctness import compare, shared_rounding
 
 #: output dtypes whose rounding is judged (a 32-bit output's error is its computation's, not its rounding's)
 ROUNDED_DTYPES = (torch.bfloat16, torch.float16)
@@ -77,6 +80,7 @@ class RoundingBias:
     nearest_bias_ulp: float  # round-to-nearest's, on the same elements
     region: str = "the whole output"  # or "rows 60-63 of 64", "columns 960-975 of 1000"
     excuse_ulp: float | None = None  # the reference's own excess that way at the inputs' precision, where measured
+    rows_note: str | None = None  # why one rounded value per row does not explain it, where that is the rows' signs
 
     def lines(self, name: str, dtype: torch.dtype) -> list[str]:
         share = self.one_way / self.deviations
@@ -90,6 +94,8 @@ class RoundingBias:
                          f"(this or the opposite) beyond round to nearest there: it excuses up to "
                          f"{EXCUSE_FACTOR * self.excuse_ulp + EXCUSE_MARGIN_ULP:.2f} ulp, not "
                          f"{self.bias_ulp - self.nearest_bias_ulp:.2f}")
+        if self.rows_note is not None:
+            lines.append(self.rows_note)
         lines.append("a kernel rounding to nearest deviates only near ties, either way: this looks like a truncating "
                      "cast (round toward zero), a directed rounding mode or a one-signed approximation"
                      + ("" if self.region == "the whole output" else " in part of the output (a tile's epilogue)")
@@ -241,6 +247,7 @@ def rounding_bias(candidate: torch.Tensor, reference: torch.Tensor,
     if measured is None:
         return None
     excuses: list[tuple[_Partition, _Sums]] | None = None
+    rows: shared_rounding.Fit | None = None
     asked = False
     for index, (part, sums) in enumerate(measured):
         for region, way, bias, nearest in _failing(part, sums):
@@ -253,9 +260,13 @@ def rounding_bias(candidate: torch.Tensor, reference: torch.Tensor,
                 excuse = max(float(theirs[w, region] - their_nearest[w, region]) for w in (way, way ^ 1))
                 if excuse >= MIN_BIAS_ULP / 2 and bias - nearest <= EXCUSE_FACTOR * excuse + EXCUSE_MARGIN_ULP:
                     continue
+            if rows is None:
+                rows = shared_rounding.fit(candidate, reference, [p for p, _ in measured])
+            if rows.excuses(index, region):
+                continue
             return RoundingBias(DIRECTIONS[way][0], int(sums.judged[region]), int(sums.deviations[region]),
                                 int(sums.one_way[way, region]), bias, nearest, part.describe(region),
-                                excuse if excuse is not None and excuse >= MIN_BIAS_ULP / 2 else None)
+                                excuse if excuse is not None and excuse >= MIN_BIAS_ULP / 2 else None, rows.note)
     return None
 
 
