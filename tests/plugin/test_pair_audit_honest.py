@@ -19,16 +19,15 @@ HONEST = """
 import torch
 
 X, W = torch.randn(256, 512), torch.randn(512, 256)
-A = torch.randn(48, 48)
-SPD = A @ A.T + 48 * torch.eye(48)
+V = 1.5 + 0.5 * torch.rand(48)  # diag(V - 1) is positive definite only while no element of V shrinks
 
 
 def reference(x, w):
     return x @ w
 
 
-def three_times(x, w):
-    for _ in range(3):
+def four_times(x, w):
+    for _ in range(4):
         out = x @ w
     return out
 
@@ -38,7 +37,7 @@ def chunked(x, w):  # the same product summed in another order
 
 
 def test_a_real_speedup(ditbench):
-    c = ditbench.pair(reference, three_times, X, W, min_speedup=0.2, budget_ms=150)
+    c = ditbench.pair(reference, four_times, X, W, min_speedup=0.3, budget_ms=200)  # 4x, with room for noise
     assert c.checks["outputs"] == "outputs agree" and c.checks["audited_calls"] >= 1
 
 
@@ -46,13 +45,16 @@ def test_summation_order(ditbench):
     ditbench.pair(chunked, reference, X, W, min_speedup=None)
 
 
+# min_speedup=None where the speeds are alike: a loaded host's noise is not what these tests are about
 def test_microseconds(ditbench):
     x, y = torch.randn(64), torch.randn(64)
-    ditbench.pair(torch.add, lambda a, b: a + b, x, y, min_speedup=-0.5)
+    c = ditbench.pair(torch.add, lambda a, b: a + b, x, y, min_speedup=None)
+    assert c.checks["outputs"] == "outputs agree" and c.a.n >= 10
 
 
 def test_closures(ditbench):
-    ditbench.pair(lambda: X @ W, lambda: torch.mm(X, W), min_speedup=-0.5)
+    c = ditbench.pair(lambda: X @ W, lambda: torch.mm(X, W), min_speedup=None)
+    assert c.checks["outputs"] == "outputs agree"
 
 
 def test_a_size_argument(ditbench):
@@ -60,8 +62,8 @@ def test_a_size_argument(ditbench):
 
 
 def test_inputs_whose_exact_values_matter(ditbench):
-    c = ditbench.pair(torch.linalg.cholesky, lambda s: torch.linalg.cholesky(s.double()).float(), SPD,
-                      min_speedup=None)
+    c = ditbench.pair(lambda v: torch.linalg.cholesky(torch.diag(v - 1)),
+                      lambda v: torch.linalg.cholesky(torch.diag(v - 1).double()).float(), V, min_speedup=None)
     assert c.checks["outputs"] == "outputs agree"
 
 
@@ -81,8 +83,8 @@ def test_honest_pairs_pass_and_the_record_says_what_was_compared(pytester: pytes
     result = pytester.runpytest_subprocess(*RUN)
     result.assert_outcomes(passed=8)
     result.stdout.fnmatch_lines_random([
-        "test_a_real_speedup: candidate / reference ratio *, needs <= 0.8000 PASS",
-        "test_closures: candidate / reference ratio *, needs <= 1.5000 PASS",
+        "test_a_real_speedup: candidate / reference ratio *, needs <= 0.7000 PASS",
+        "test_closures: candidate / reference ratio *judged by the lane (min_speedup=None: no bound in this run)",
         "test_outputs_that_are_not_tensors: candidate / reference ratio *judged by the lane*; outputs are not "
         "tensors: not compared",
     ])
@@ -114,6 +116,7 @@ def test_two(ditbench):
 """
 
 
+@pytest.mark.slow  # xdist workers each import torch
 @pytest.mark.usefixtures("no_cuda")
 def test_honest_pairs_pass_under_two_xdist_workers(pytester: pytest.Pytester) -> None:
     pytest.importorskip("xdist")

@@ -118,3 +118,39 @@ def test_a_latency_batch_gets_distinct_copies_up_to_the_pool(monkeypatch: pytest
     monkeypatch.setattr(audit, "POOL_BYTES", 3 * 1024)
     batch = guard.batch(0, 8)
     assert len({id(c.args[0]) for c in batch}) == 3 and batch[3] is batch[0]
+
+
+def test_a_buffer_both_sides_share_is_no_stale_output() -> None:
+    """A CUDA graph's static output shared by both sides (or one function against itself): the reference's call
+    overwrites the candidate's output before its round ends, which is no work left running."""
+    out = torch.empty(64)
+
+    def into_buffer(x):
+        torch.mul(x, 2, out=out)
+        return out
+
+    c = measure_pair(into_buffer, into_buffer, torch.randn(64), rounds=MIN_PAIR_ROUNDS, warmup=1, mechanism="wall")
+    assert c.a.extra["audited_calls"] >= 1
+
+
+def test_a_timed_call_outside_the_references_domain_times_the_pair_again_on_exact_copies(monkeypatch) -> None:
+    """Where the reference raises on a timed call's perturbed copies too, the pair is timed again on exact ones;
+    where only the candidate raises, it is the candidate's crash."""
+    from pytest_ditgate.bench import audit
+    from pytest_ditgate.errors import GateFailure
+
+    monkeypatch.setattr(audit, "PROBES", 0)  # no probe before the warm-up: the first perturbed call raises
+    v = 1.5 + 0.5 * torch.rand(16)
+
+    def factor(x):
+        return torch.linalg.cholesky(torch.diag(x - 1))
+
+    c = measure_pair(factor, factor, v, rounds=MIN_PAIR_ROUNDS, warmup=1, mechanism="wall")
+    assert c.a.extra["inputs"] == ("fresh copies (exact: the reference raised _LinAlgError on perturbed copies a "
+                                   "timed call had)")
+    with pytest.raises(GateFailure, match=r"^\[crash\] the candidate `.*picky` raised ValueError while being timed"):
+        def picky(x):
+            if not torch.equal(x, v):
+                raise ValueError("not the tensor I was checked on")
+            return x * 2
+        measure_pair(picky, lambda x: x * 2, v, rounds=MIN_PAIR_ROUNDS, warmup=1, mechanism="wall")

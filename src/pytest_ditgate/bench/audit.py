@@ -35,7 +35,7 @@ says which copies were timed, and why.
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from pytest_ditgate.arguments import callable_name
@@ -89,7 +89,9 @@ class _Audited:
     snapshot: Any
     call: FreshCall | None
     bytes: int = 0
-    notes: list[str] = field(default_factory=list)
+    #: storages the other side's output of the same round wrote: an output held there may change (a buffer both
+    #: sides share, such as one CUDA graph's static output), and is judged by its copy alone
+    shared: frozenset[int] = frozenset()
 
     def where(self) -> str:
         return "an extra, untimed call" if self.number is None else f"timed call {self.number}"
@@ -99,6 +101,14 @@ def _nonfinite(value: Any) -> int:
     """Non-finite elements of the floating tensors in ``value``."""
     return sum(int((~t.isfinite()).sum()) for _, t in named_tensors(value, "out")
                if t.is_floating_point() or t.is_complex())
+
+
+def _storage(tensor: Any) -> int:
+    """Where a tensor's storage starts (two tensors of one buffer share it)."""
+    try:
+        return tensor.untyped_storage().data_ptr()
+    except (RuntimeError, NotImplementedError):  # no storage to point at (sparse, a subclass)
+        return -1 - id(tensor)
 
 
 def _nbytes(value: Any) -> int:
@@ -188,17 +198,21 @@ class PairGuard(Guard):
         self.returns += 1
         if self.returns % len(self.calls):
             return
-        (call, output, snapshot), self.last = self.last[0], [None] * len(self.calls)  # a round has run
+        (call, output, snapshot), others = self.last[0], self.last[1:]  # a round has run
+        self.last = [None] * len(self.calls)
         self.timed += 1
         if self.secret.random() < self.rate:
-            self._audit(call, output, snapshot, self.timed)
+            shared = frozenset(_storage(t) for other in others if other is not None
+                               for _, t in named_tensors(other[1], "out"))
+            self._audit(call, output, snapshot, self.timed, shared)
 
-    def _audit(self, call: Call, output: Any, snapshot: Any, number: int | None) -> None:
+    def _audit(self, call: Call, output: Any, snapshot: Any, number: int | None,
+               shared: frozenset[int] = frozenset()) -> None:
         where = f"the round of the candidate's timed call {number}" if number else "the candidate's extra call"
         self.check_torch(f"after {where}")
         self.audited += 1
         self._settle(_Audited(number, output, snapshot, call if isinstance(call, FreshCall) else None,
-                              _nbytes(snapshot)))
+                              _nbytes(snapshot), shared))
 
     def _settle(self, audit: _Audited) -> None:
         """An audited call's output unchanged since it was copied, its arguments as they were made; its copy kept
@@ -206,7 +220,8 @@ class PairGuard(Guard):
         synchronize()
         now = list(named_tensors(audit.output, "output"))
         then = dict(named_tensors(audit.snapshot, "output"))
-        stale = [name for name, tensor in now if not same_bits(tensor, then[name])]
+        stale = [name for name, tensor in now
+                 if _storage(tensor) not in audit.shared and not same_bits(tensor, then[name])]
         if stale:
             raise GateFailure("stale_output", f"ditbench.pair: the candidate `{self.name}`'s {', '.join(stale)} of "
                               f"{audit.where()} changed after the call returned (copied as it returned, compared "
