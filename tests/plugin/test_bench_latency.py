@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import pytest
 
+# loaded here, before any inline run: pytester drops the modules an inline run imported, so a file that ran
+# first could leave the plugin and the fake below (which patches fixture.measure_pair) two copies of the module
+from pytest_ditgate.bench import fixture as _pair_fixture  # noqa: F401
 from pytest_ditgate.bench import mechanisms
 from pytest_ditgate.bench.comparison import compare
 from pytest_ditgate.bench.measurement import Measurement
