@@ -76,6 +76,16 @@ def test_an_honest_speedup_keeps_and_the_speed_came_from_the_judges_rounds(timed
     assert "2 deselected" in out
 
 
+def test_the_baseline_leaves_the_timing_tests_out_of_its_freezing_run_too(timed_template: Path) -> None:
+    # its speed is not judged, and the tests the judge times never run in a judged run: timing them is waste
+    import json
+
+    runs = sorted((timed_template / ".ditgate" / "runs").glob("timed-*/child"))
+    assert len(runs) == 2, runs
+    for child in runs:
+        assert json.loads((child / "timed_by_judge.json").read_text()), child
+
+
 def test_an_empty_commit_is_not_faster(timed: Project) -> None:
     timed.commit("nothing changed")
     done = timed.ditgate("experiment", "--lane", "timed", "--class=exact", "--description=empty")

@@ -35,8 +35,10 @@ def run_child(root: Path, lane: LaneSpec, declared: str, judge_env: Mapping[str,
         (out / LANE_BEST).write_text(json.dumps(best, default=str))
     env = child_env(judge_env)
     env[OUT_ENV] = str(out)
-    if lane.timing is not None and not freeze:
-        env[JUDGE_TIMES_ENV] = "1"  # the judge times the lane: the child leaves its timing tests out
+    if lane.timing is not None:
+        # the judge times the lane: the child leaves its timing tests out, in the baseline's freezing run too (its
+        # speed is not judged, and those tests never run in a judged run, so they have nothing to freeze)
+        env[JUDGE_TIMES_ENV] = "1"
     args = ["--ditgate", f"--ditgate-lane={lane.name}", f"--ditgate-class={declared}",
             f"--ditgate-dir={out / 'artefacts'}", "-p", "pytest_ditgate.experiment.child",
             "-p", "no:cacheprovider", "-q", "-rfEs", "--durations=5", *(["--ditgate-freeze"] if freeze else []),
