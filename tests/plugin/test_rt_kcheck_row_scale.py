@@ -101,6 +101,7 @@ def test_honest_layernorm_bf16_steps(kernel_check):
 
 
 def test_a_scale_on_a_few_rows_or_columns_fails_and_honest_bf16_kernels_pass(pytester: pytest.Pytester) -> None:
-    out = run_suite(pytester, ROW_SCALE, passed=3, failed={"rows_2pct": "rounding_bias", "columns_1pct": "rounding_bias"})
+    out = run_suite(pytester, ROW_SCALE, passed=3,
+                    failed={"rows_2pct": "rounding_bias", "columns_1pct": "rounding_bias"})
     assert "away from zero" in out
     assert "a scale of up to a few percent" in out

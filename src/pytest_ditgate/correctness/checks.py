@@ -477,7 +477,8 @@ class _Run:
 
     def _readonly(self, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
         """The call's tensor arguments the kernel may not write (no ``out_args``/``inout_args``/``scratch_args``)."""
-        return [(name, t) for name, t in named_call_tensors(args, kwargs) if name.split("[")[0] not in self.roles.writable]
+        writable = self.roles.writable
+        return [(name, t) for name, t in named_call_tensors(args, kwargs) if name.split("[")[0] not in writable]
 
     def _run_candidate(self, trial: TrialReport, args: tuple, kwargs: dict, outs: list,
                        inouts: list[tuple[str, torch.Tensor]], which: str, mode: Any = None,

@@ -6,10 +6,10 @@ The test compares the candidate with the correctly rounded reference (round to n
 by element, where the exact value is not representable, is no tie, and the candidate's error is within
 :data:`MAX_ERROR_ULP` ulps (larger errors are the computation's, judged by the tolerance): a scale of 1-3 % on a
 few rows or columns leaves errors of a few ulps one way, within bf16's elementwise allowance and diluted in the
-norm, while an honest kernel's errors beyond one rounding (cancellation, op-by-op roundings) go either way. A kernel that rounds to nearest from a
-more precise result deviates from that only near ties, either way; double rounding (an intermediate in bf16) and
-stochastic rounding deviate either way too. A directed one deviates one way, and its mean error in that way
-exceeds round-to-nearest's.
+norm, while an honest kernel's errors beyond one rounding (cancellation, op-by-op roundings) go either way. A
+kernel that rounds to nearest from a more precise result deviates from that only near ties, either way; double
+rounding (an intermediate in bf16) and stochastic rounding deviate either way too. A directed one deviates one
+way, and its mean error in that way exceeds round-to-nearest's.
 
 The test runs over the whole output and over regions of it: blocks of rows and blocks of columns of its last two
 dims (the leading dims count as rows), each of about :data:`REGION_ELEMENTS` elements, so that a directed rounding
@@ -26,7 +26,8 @@ toward +inf): a shared value near a rounding tie rounds one way in the kernel an
 precision does not explain (a truncating cast's 0.5 ulp where the reference's run errs 0.05) is not excused.
 A region whose rows are each exactly one factor (or offset) from the correctly rounded reference, the rows' shifts
 going both ways, is excused too: one value per row rounded where the reference does not round it
-(:mod:`pytest_ditgate.correctness.shared_rounding`).
+(:mod:`pytest_ditgate.correctness.shared_rounding`); and so is a block of rows leaning up to
+:data:`SHARED_SHIFT_ULP` where the output's rows lean both ways (values rounded per row, then more roundings).
 """
 
 from __future__ import annotations
