@@ -17,7 +17,9 @@ Per trial (fresh inputs from ``make_inputs(seed + trial)``), in this order:
    left in outputs, non-finite values, outputs equal to an earlier trial's while the reference changed
    (``constant_output``), elementwise and relative-norm error (``mismatch``), directed rounding of a 16-bit
    output over it or a block of its rows or columns (``rounding_bias``), and nondeterminism are judged,
-   the first failing check giving the reason. An output beyond the dtype table's bounds is judged again
+   the first failing check giving the reason; then a returned tensor that shares memory with a read-only
+   input fails ``aliased_output`` unless the reference returns a view of its input there too
+   (:mod:`pytest_ditgate.correctness.aliasing`). An output beyond the dtype table's bounds is judged again
    against bounds derived from the honest-error estimate (:mod:`pytest_ditgate.correctness.honest`):
    the reference on the inputs' own dtypes (the candidate's precision, TF32 off unless declared) and on
    float64 ``|inputs|``. Those two runs are made only then, and on the first trial (whose same-precision
@@ -45,8 +47,8 @@ import torch
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
-from pytest_ditgate.correctness import (compare, conditioning, honest, memory, poison, rounding, scales, storage,
-                                        switches)
+from pytest_ditgate.correctness import (aliasing, compare, conditioning, honest, memory, poison, rounding, scales,
+                                        storage, switches)
 from pytest_ditgate.correctness.precision_probe import Probe
 from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
@@ -192,6 +194,7 @@ class _Outputs:
 
     returned: Any
     inout: dict[str, torch.Tensor] = field(default_factory=dict)
+    aliases: tuple[tuple[str, str], ...] = ()  # (output, read-only input) pairs sharing memory
 
     def named(self) -> list[tuple[str, torch.Tensor]]:
         return list(named_tensors(self.returned, "out")) + [(f"in-out {name}", t) for name, t in self.inout.items()]
@@ -212,7 +215,7 @@ class _Run:
         self.poison_memory, self.check_timers = poison_memory, check_timers
         self.check_rounding = check_rounding
         checks = ["reference_nonfinite", "shape", "dtype", "nonfinite", "mismatch(elementwise, rel-norm)", "input_mutated",
-                  "crash", "stream-order(every stream synchronised)"]
+                  "aliased_output", "crash", "stream-order(every stream synchronised)"]
         if poison_memory:
             checks.append("stale_output(poisoned allocations)")
         if check_determinism:
@@ -237,6 +240,7 @@ class _Run:
         self.expected_dtypes: list[torch.dtype] | None = None
         self.upcast_dtype = reference_dtype  # float32 once float64 failed
         self.output_bytes: list[int] = []
+        self.reference_aliases: set[str] = set()  # outputs the reference returned as views of its inputs
         self.tracker = memory.Tracker()
         self.estimate: memory.Estimate | None = None
         self.phase = "before the first trial"
@@ -323,6 +327,7 @@ class _Run:
             if failure.reason == "mismatch" and self.probe.due(trial, failed=True) and not _gross(trial):
                 self._probe(trial, pristine, first, second, ref_out, conditioned)
             raise
+        self._check_aliases(trial, first)
         if self.check_constant:
             self.previous_outputs.append((index, {name: compare.fingerprint(t) for name, t in first.named()}))
         self.output_bytes = [t.numel() * t.element_size() for _, t in first.named()]
@@ -458,6 +463,23 @@ class _Run:
         return record
 
     # -- running the two sides --------------------------------------------------------------------
+    def _check_aliases(self, trial: TrialReport, first: _Outputs) -> None:
+        """``aliased_output`` for a returned tensor that shares memory with a read-only input, where no run of
+        the reference so far returned a view of its input there."""
+        for output, source in first.aliases:
+            if output not in self.reference_aliases:
+                self._fail("aliased_output", f"{output} is a view of the candidate's read-only input {source} "
+                           "(first call)", trial, [
+                               f"{output} shares memory with {source}, while the reference returns a new tensor: the "
+                               f"caller's next write into {source} changes {output}, and a write into {output} changes "
+                               f"{source}", "return a copy (.clone()); a kernel meant to write its result into that "
+                               "argument declares it: out_args=(...) or inout_args=(...)"])
+
+    def _readonly(self, args: tuple, kwargs: dict) -> list[tuple[str, torch.Tensor]]:
+        """The call's tensor arguments the kernel may not write (no ``out_args``/``inout_args``/``scratch_args``)."""
+        writable = self.roles.writable
+        return [(name, t) for name, t in named_call_tensors(args, kwargs) if name.split("[")[0] not in writable]
+
     def _run_candidate(self, trial: TrialReport, args: tuple, kwargs: dict, outs: list,
                        inouts: list[tuple[str, torch.Tensor]], which: str, mode: Any = None,
                        byte: int = poison.POISON_BYTE) -> _Outputs:
@@ -482,7 +504,8 @@ class _Run:
             if result is None and outs:
                 result = outs[0] if len(outs) == 1 else tuple(outs)
             ordered = _Outputs(map_tensors(result, _snapshot),  # in the caller's stream order
-                               {name: _snapshot(t) for name, t in inouts})
+                               {name: _snapshot(t) for name, t in inouts},
+                               aliasing.overlaps(named_tensors(result, "out"), self._readonly(args, kwargs)))
             cuda = {t.device for _, t in named_tensors(result, "out") if t.is_cuda} | \
                 {d for d in devices if d.type == "cuda"}
             self._check_timers(trial, f"after the candidate's {which}")
@@ -674,6 +697,8 @@ class _Run:
                 if compare.max_difference(now, then, cast=True) != 0:
                     self._fail("input_mutated", f"the REFERENCE modified its input {name} (fix the reference, or "
                                "declare it in inout_args / scratch_args)", trial, [])
+        found = aliasing.overlaps(named_tensors(out, "out"), self._readonly(args, kwargs))
+        self.reference_aliases.update(output for output, _ in found)
         out = map_tensors(out, lambda t: t.detach())
         for device in {t.device for _, t in named_tensors((out, inout), "out") if t.is_cuda}:
             torch.cuda.synchronize(device)

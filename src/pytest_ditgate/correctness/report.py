@@ -16,7 +16,8 @@ from pytest_ditgate.correctness.tolerances import HonestRule, Tolerance
 #: stable reason codes, in the order the checks run within a trial (the precision probe runs once per check,
 #: after the trial it probes has been judged)
 REASONS = ("timer_tampered", "crash", "input_mutated", "reference_nonfinite", "shape", "dtype", "stale_output",
-           "nonfinite", "constant_output", "mismatch", "rounding_bias", "nondeterministic", "precision_downgrade")
+           "nonfinite", "constant_output", "mismatch", "rounding_bias", "nondeterministic", "aliased_output",
+           "precision_downgrade")
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,13 @@ one-signed approximation) stays within one ulp, so any tolerance passes it, yet 
 way, and such shifts add up through a network's layers where round-to-nearest errors cancel.
 
 The test compares the candidate with the correctly rounded reference (round to nearest, even on ties), element
-by element, where the exact value is not representable, is no tie, and the candidate's error is within one
-rounding (larger errors are the computation's, judged by the tolerance). A kernel that rounds to nearest from a
-more precise result deviates from that only near ties, either way; double rounding (an intermediate in bf16) and
-stochastic rounding deviate either way too. A directed one deviates one way, and its mean error in that way
-exceeds round-to-nearest's.
+by element, where the exact value is not representable, is no tie, and the candidate's error is within
+:data:`MAX_ERROR_ULP` ulps (larger errors are the computation's, judged by the tolerance): a scale of 1-3 % on a
+few rows or columns leaves errors of a few ulps one way, within bf16's elementwise allowance and diluted in the
+norm, while an honest kernel's errors beyond one rounding (cancellation, op-by-op roundings) go either way. A
+kernel that rounds to nearest from a more precise result deviates from that only near ties, either way; double
+rounding (an intermediate in bf16) and stochastic rounding deviate either way too. A directed one deviates one
+way, and its mean error in that way exceeds round-to-nearest's.
 
 The test runs over the whole output and over regions of it: blocks of rows and blocks of columns of its last two
 dims (the leading dims count as rows), each of about :data:`REGION_ELEMENTS` elements, so that a directed rounding
@@ -24,7 +26,8 @@ toward +inf): a shared value near a rounding tie rounds one way in the kernel an
 precision does not explain (a truncating cast's 0.5 ulp where the reference's run errs 0.05) is not excused.
 A region whose rows are each exactly one factor (or offset) from the correctly rounded reference, the rows' shifts
 going both ways, is excused too: one value per row rounded where the reference does not round it
-(:mod:`pytest_ditgate.correctness.shared_rounding`).
+(:mod:`pytest_ditgate.correctness.shared_rounding`); and so is a block of rows leaning up to
+:data:`SHARED_SHIFT_ULP` where the output's rows lean both ways (values rounded per row, then more roundings).
 """
 
 from __future__ import annotations
@@ -49,6 +52,10 @@ MIN_SHARE = 0.85
 #: of the midpoints, round-to-nearest itself errs one way, and stochastic rounding, which then deviates one way,
 #: errs less)
 MIN_BIAS_ULP = 0.1
+#: elements whose error is at most this many ulps are judged: one rounding's, and the few ulps a scale of 1-3 % on
+#: some rows or columns leaves (within the elementwise allowance of 3 x bf16's norm bound, and diluted in the
+#: norm by the rows it spares); an honest kernel's larger errors (cancellation, op-by-op roundings) go either way
+MAX_ERROR_ULP = 8.0
 #: a region (a block of rows or of columns) holds about this many elements
 REGION_ELEMENTS = 1024
 #: a region is judged from this many deviations on (an honest kernel computing in float32 deviates from
@@ -63,6 +70,12 @@ REGION_MIN_SHARE = 0.9
 #: excused by a row normaliser's 0.1
 EXCUSE_FACTOR = 1.5
 EXCUSE_MARGIN_ULP = 0.05
+#: a block of rows is excused up to this bias beyond round-to-nearest's where the output's rows lean both ways
+#: (:attr:`shared_rounding.Fit.spread`): values shared by a row, rounded, then used in more roundings (an op-by-op
+#: bf16 LayerNorm rounds its variance and its ``rsqrt``, each up to half a relative ulp) shift a row by up to
+#: 0.78 ulp (measured, 64 rows of 4096); a truncating cast shifts every row the same way, and a row scaled by
+#: 1 % shifts it 1.3-2.6 ulps
+SHARED_SHIFT_ULP = 1.0
 #: (name, whether it is measured against the reference's sign, the deviation's sign that counts)
 DIRECTIONS = (("toward zero", True, -1), ("away from zero", True, 1), ("toward -inf", False, -1),
               ("toward +inf", False, 1))
@@ -73,7 +86,7 @@ class RoundingBias:
     """One output's directed rounding: where, its direction and the counts behind it."""
 
     direction: str
-    judged: int  # elements with an inexact, non-tie exact value and an error within one rounding
+    judged: int  # elements with an inexact, non-tie exact value and an error within MAX_ERROR_ULP
     deviations: int  # of those, where the candidate is not the correctly rounded value
     one_way: int  # of the deviations, those in ``direction``
     bias_ulp: float  # the candidate's mean error in ``direction``, in ulps
@@ -97,7 +110,8 @@ class RoundingBias:
         if self.rows_note is not None:
             lines.append(self.rows_note)
         lines.append("a kernel rounding to nearest deviates only near ties, either way: this looks like a truncating "
-                     "cast (round toward zero), a directed rounding mode or a one-signed approximation"
+                     "cast (round toward zero), a directed rounding mode, a one-signed approximation or a scale of up "
+                     f"to a few percent (errors up to {MAX_ERROR_ULP:g} ulps are judged)"
                      + ("" if self.region == "the whole output" else " in part of the output (a tile's epilogue)")
                      + "; check_rounding=False accepts it")
         return lines
@@ -206,7 +220,7 @@ def _measure(output: torch.Tensor, reference: torch.Tensor) -> list[tuple[_Parti
         ulp = compare.spacing(size, dtype)
         error, nearest_error = (got - exact) / ulp, (nearest - exact) / ulp
         keep = (torch.isfinite(exact) & torch.isfinite(got) & (size >= info.tiny) & (size <= info.max)
-                & (nearest != exact) & ((nearest_error.abs() - 0.5).abs() > 1e-9) & (error.abs() <= 1.0))
+                & (nearest != exact) & ((nearest_error.abs() - 0.5).abs() > 1e-9) & (error.abs() <= MAX_ERROR_ULP))
         if not bool(keep.any()):
             continue
         flat = start + keep.nonzero()[:, 0]
@@ -261,8 +275,10 @@ def rounding_bias(candidate: torch.Tensor, reference: torch.Tensor,
                 if excuse >= MIN_BIAS_ULP / 2 and bias - nearest <= EXCUSE_FACTOR * excuse + EXCUSE_MARGIN_ULP:
                     continue
             if rows is None:
-                rows = shared_rounding.fit(candidate, reference, [p for p, _ in measured])
+                rows = shared_rounding.fit(candidate, reference, [p for p, _ in measured], MAX_ERROR_ULP)
             if rows.excuses(index, region):
+                continue
+            if part.name == "rows" and rows.spread and bias - nearest <= SHARED_SHIFT_ULP:
                 continue
             return RoundingBias(DIRECTIONS[way][0], int(sums.judged[region]), int(sums.deviations[region]),
                                 int(sums.one_way[way, region]), bias, nearest, part.describe(region),

@@ -49,27 +49,31 @@ class Fit:
     explained: list[torch.Tensor]
     balanced: bool
     note: str | None = None  # why nothing is explained, where that is the signs
+    spread: bool = False  # MIN_ROWS_FOR_SIGNS or more rows shifted noticeably, both ways (see :func:`fit`)
 
     def excuses(self, partition: int, region: int) -> bool:
         judged = float(self.judged[partition][region])
         return self.balanced and judged > 0 and float(self.explained[partition][region]) >= EXPLAINED_SHARE * judged
 
 
-def fit(output: torch.Tensor, reference: torch.Tensor, partitions: list[Any]) -> Fit:
+def fit(output: torch.Tensor, reference: torch.Tensor, partitions: list[Any], max_error_ulp: float = 1.0) -> Fit:
     """The best factor and offset per row of ``output`` (16-bit) against ``reference`` (exact), and per region of
-    each of ``partitions`` (objects with ``regions`` and ``region_of(flat, width)``) the elements they reproduce."""
+    each of ``partitions`` (objects with ``regions`` and ``region_of(flat, width)``) the elements they reproduce,
+    out of those within ``max_error_ulp`` of the exact value (the elements the rounding test judged: a row
+    scaled by 2 %, whose errors are a few ulps, counts unexplained)."""
     width = output.shape[-1] if output.dim() else 1
     rows = output.numel() // max(width, 1)
     eps = torch.finfo(output.dtype).eps
     judged = [torch.zeros(part.regions, dtype=torch.float64, device=output.device) for part in partitions]
     explained = [torch.zeros_like(j) for j in judged]
     signs = {"factor": [0, 0], "offset": [0, 0]}
+    shifts = {"factor": [0, 0], "offset": [0, 0]}  # rows whose mean error beyond round-to-nearest's leans, by kind
     flat_out, flat_ref = output.detach().reshape(rows, width), reference.detach().reshape(rows, width)
     step = max(1, compare.CHUNK // 4 // max(width, 1))
     for first in range(0, rows, step):
         got = flat_out[first:first + step].to(torch.float64)
         exact = flat_ref[first:first + step].to(torch.float64, copy=True).to(got.device)
-        keep = _judged(got, exact, output.dtype)
+        keep = _judged(got, exact, output.dtype, max_error_ulp)
         best, kind, value = _best_rows(got, exact, keep, output.dtype)
         bound = torch.where(kind == 0, torch.full_like(value, eps),
                             eps * exact.abs().masked_fill(~keep, 0).amax(dim=1))
@@ -81,6 +85,7 @@ def fit(output: torch.Tensor, reference: torch.Tensor, partitions: list[Any]) ->
             chosen = noticeable & (kind == code)
             signs[name][0] += int((chosen & (shift > 0)).sum())
             signs[name][1] += int((chosen & (shift < 0)).sum())
+        _count_shifts(got, exact, keep, output.dtype, shifts)
         index = (torch.arange(got.shape[0], device=got.device)[:, None] + first) * width \
             + torch.arange(width, device=got.device)[None, :]
         for number, part in enumerate(partitions):
@@ -92,16 +97,41 @@ def fit(output: torch.Tensor, reference: torch.Tensor, partitions: list[Any]) ->
         if shifted >= MIN_ROWS_FOR_SIGNS and max(up, down) >= (0.5 + 2 / math.sqrt(shifted)) * shifted:
             return Fit(judged, explained, False, f"{max(up, down)} of the {shifted} rows that one {name} each shifts "
                        "noticeably go the same way: a scale, not a value rounded per row (which errs either way)")
-    return Fit(judged, explained, True)
+    leaning = sum(up + down for up, down in shifts.values())
+    spread = leaning >= MIN_ROWS_FOR_SIGNS and all(
+        max(up, down) < (0.5 + 2 / math.sqrt(up + down)) * (up + down) for up, down in shifts.values() if up + down)
+    return Fit(judged, explained, True, spread=spread)
 
 
-def _judged(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """The elements a row's fit counts: finite, in the dtype's normal range, within one ulp of the exact value, on
-    its side of zero."""
+def _count_shifts(got: torch.Tensor, exact: torch.Tensor, keep: torch.Tensor, dtype: torch.dtype,
+                  shifts: dict[str, list[int]]) -> None:
+    """Count the rows whose mean error beyond round-to-nearest's leans by :data:`NOTICEABLE` of an ulp or more,
+    up or down, as a factor (against the exact value's sign) or an offset (against +inf), whichever leans more.
+    A value rounded per row and then used in more roundings (an op-by-op bf16 LayerNorm: its mean and ``rsqrt``
+    rounded, then each element) shifts its row by up to half an ulp without reproducing it exactly, and shifts
+    the rows both ways."""
+    size = exact.abs()
+    ulp = compare.spacing(size, dtype)
+    beyond = ((got - exact) - (exact.to(dtype).to(torch.float64) - exact)) / ulp
+    count = keep.sum(dim=1).clamp(min=1)
+    offset = beyond.masked_fill(~keep, 0).sum(dim=1) / count
+    factor = (beyond * torch.sign(exact)).masked_fill(~keep, 0).sum(dim=1) / count
+    enough = keep.sum(dim=1) >= MIN_ROW_ELEMENTS
+    use_factor = factor.abs() >= offset.abs()
+    for name, lean, chosen in (("factor", factor, use_factor), ("offset", offset, ~use_factor)):
+        counted = enough & chosen & (lean.abs() >= NOTICEABLE)
+        shifts[name][0] += int((counted & (lean > 0)).sum())
+        shifts[name][1] += int((counted & (lean < 0)).sum())
+
+
+def _judged(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype, max_error_ulp: float) -> torch.Tensor:
+    """The elements a row's fit counts: finite, in the dtype's normal range, within ``max_error_ulp`` of the exact
+    value, on its side of zero."""
     info = torch.finfo(dtype)
     size = exact.abs()
     return (torch.isfinite(exact) & torch.isfinite(got) & (size >= info.tiny) & (size <= info.max)
-            & ((got - exact).abs() <= compare.spacing(size, dtype)) & (torch.sign(got) == torch.sign(exact)))
+            & ((got - exact).abs() <= max_error_ulp * compare.spacing(size, dtype))
+            & (torch.sign(got) == torch.sign(exact)))
 
 
 def _best_rows(got: torch.Tensor, exact: torch.Tensor, keep: torch.Tensor,
