@@ -75,15 +75,27 @@ def add_options(parser: pytest.Parser, specs: Iterable[OptionSpec]) -> None:
                           default="" if spec.default is None else str(spec.default))
 
 
+#: the options an empty value means something for (an empty description); any other given empty is refused
+EMPTY_ALLOWED = frozenset({"--ditgate-description"})
+
+
 def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
     """The option's value: command line, else ini, else default; ini strings are validated like flags."""
     value = config.getoption(spec.dest, default=None)
     if value is not None:
+        if isinstance(value, str) and not value.strip() and spec.flag not in EMPTY_ALLOWED:
+            raise pytest.UsageError(f"{spec.flag} is given an empty value (an unset variable in a script?): give a "
+                                    "value, or leave the option out for its default")
         return value
     try:
         raw = config.getini(spec.ini)
-    except (ValueError, pytest.UsageError) as exc:  # a bool ini key holding "maybe" (pytest 9 raises UsageError)
+    except (ValueError, TypeError, pytest.UsageError) as exc:  # a bool ini key holding "maybe" (pytest 9: UsageError)
         raise pytest.UsageError(f"ini option {spec.ini}: {exc}; use true or false") from None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and spec.kind != "bool":
+        raw = str(raw)  # a TOML number: read as the command line's text
+    if not isinstance(raw, (str, bool)):  # a TOML list or table where one value goes
+        raise pytest.UsageError(f"ini option {spec.ini}={raw!r}: must be one value (a string, number or boolean), "
+                                f"not a {type(raw).__name__}")
     if spec.kind == "bool":
         return bool(raw)
     if raw in ("", None):

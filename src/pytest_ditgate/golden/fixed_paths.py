@@ -66,6 +66,9 @@ class LockSettings:
         lock = table.get("fixed_paths_lock", DEFAULT_LOCK)
         if not isinstance(lock, str):
             raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock must be a string, got {lock!r}")
+        if (rootdir / lock).is_dir():
+            raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock names {lock!r}, a folder: name the lock's JSON "
+                                    f"file (default {DEFAULT_LOCK})")
         return cls(rootdir, patterns, rootdir / lock, bool(project or table.get("lanes")))
 
 
