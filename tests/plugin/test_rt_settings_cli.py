@@ -1,0 +1,111 @@
+"""Red-team round on the ``ditgate`` command: a baseline made where its commit would not be a branch's next commit
+(HEAD detached: the commit belongs to no branch and git deletes it in time; a merge, rebase, cherry-pick or revert
+half-done: committing would finish it with whatever the tree holds; another git process holding the index) is
+refused before anything runs, exit 4 naming the state and what to do, the tree as it was. Arguments given empty
+(an unset variable in a script) and a non-positive ``summary -n`` are usage errors, not the default."""
+
+from __future__ import annotations
+
+import subprocess
+from fnmatch import fnmatch
+from pathlib import Path
+
+import pytest
+
+from judge_project import BIN, Project, clean_env, create
+from pytest_ditgate import cli
+
+
+def _state(p: Project) -> dict:
+    files = {path.relative_to(p.root).as_posix(): path.read_bytes() for path in sorted(p.root.rglob("*"))
+             if path.is_file() and ".git" not in path.parts}
+    git = {what: p.sh(*argv).stdout for what, argv in (("head", ("git", "rev-parse", "-q", "--verify", "HEAD")),
+                                                         ("refs", ("git", "for-each-ref")))}
+    return {"files": files, **git}
+
+
+def _diverged(p: Project) -> None:
+    """Two branches that change the candidate's same line."""
+    work = p.root / "candidate" / "work.py"
+    p.sh("git", "checkout", "-q", "-b", "side")
+    work.write_text(work.read_text() + "SIDE = 1\n")
+    p.commit("side")
+    p.sh("git", "checkout", "-q", "-")
+    work.write_text(work.read_text() + "MAIN = 1\n")
+    p.commit("main")
+
+
+def _detached(p: Project) -> None:
+    p.sh("git", "checkout", "-q", "--detach")
+
+
+def _merging(p: Project) -> None:
+    _diverged(p)
+    assert p.sh("git", "merge", "side").returncode != 0  # a conflict: the merge waits
+
+
+def _rebasing(p: Project) -> None:
+    _diverged(p)
+    assert p.sh("git", "rebase", "side").returncode != 0
+
+
+def _cherry_picking(p: Project) -> None:
+    _diverged(p)
+    assert p.sh("git", "cherry-pick", "side").returncode != 0
+
+
+def _index_held(p: Project) -> None:
+    (p.root / ".git" / "index.lock").write_text("")
+
+
+@pytest.mark.parametrize(("make", "message"), [
+    (_detached, "HEAD is detached in *: a commit there belongs to no branch*check out a branch first*"),
+    (_merging, "a merge is in progress in *: finish or abandon it first (git merge --continue or git merge --abort)"),
+    (_rebasing, "a rebase is in progress in *: finish or abandon it first (git rebase --continue*"),
+    (_cherry_picking, "a cherry-pick is in progress in *: finish or abandon it first*"),
+    (_index_held, "another git process is using * (*index.lock exists): wait for it to end, or*remove that file"),
+])
+def test_a_baseline_where_its_commit_would_be_no_branchs_next_writes_nothing(tmp_path: Path, make, message: str) -> None:
+    p = create(tmp_path / "project")
+    make(p)
+    before = _state(p)
+    result = p.sh(str(BIN / "ditgate"), "baseline", "--lane", "fwd")
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr and "judged run:" not in result.stdout, result.stderr
+    assert fnmatch(lines[0], "ditgate: cannot record a baseline: " + message), lines[0]
+    assert _state(p) == before
+
+
+def test_a_baseline_on_a_branch_is_not_refused_by_the_check(tmp_path: Path) -> None:
+    """The check asks git only: on an ordinary branch, and on a new repository's first branch, it finds nothing."""
+    from pytest_ditgate import git
+
+    p = create(tmp_path / "project")
+    assert git.branch_problem(p.root) is None
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    subprocess.run(["git", "init", "-q"], cwd=fresh, check=True, env=clean_env())
+    assert git.branch_problem(fresh) is None
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["summary", "-n", "-3"], "argument -n/--limit: must be at least 1, got -3"),
+    (["summary", "-n", "0"], "argument -n/--limit: must be at least 1, got 0"),
+    (["summary", "--dir", ""], "argument --dir: is empty (an unset variable in a script?)"),
+    (["summary", "--lane", " "], "argument --lane: is empty"),
+    (["doctor", "--target", ""], "argument --target: is empty"),
+    (["report", "--out", ""], "argument --out: is empty"),
+    (["baseline", "--lane", ""], "argument --lane: is empty"),
+    (["experiment", "--lane", ""], "argument --lane: is empty"),
+])
+def test_an_empty_or_nonpositive_argument_is_a_usage_error(pytester: pytest.Pytester, capsys, argv: list[str],
+                                                           message: str) -> None:
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    pytester.chdir()
+    with pytest.raises(SystemExit) as info:
+        cli.main(argv)
+    assert info.value.code == 4
+    assert message in capsys.readouterr().err
+    assert not (pytester.path / ".ditgate").exists()
+    assert cli.main(["summary", "-n", "1"]) == 0  # a positive count still reads the (empty) ledger
