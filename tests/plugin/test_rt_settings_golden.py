@@ -1,0 +1,62 @@
+"""Red-team round on the golden store and the fixed-paths lock: a JSON record that names one key twice (a hand
+edit, a merge of two branches' manifests) used to be read with the last entry winning silently, so a tampered
+entry beside an honest one decided what was compared. Now the manifest, the freeze journal and the lock refuse
+it, naming the key; an honest store and lock still read."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+TEST = """
+import torch
+
+def test_g(golden):
+    golden.check("a", {"out": torch.arange(12, dtype=torch.float32).reshape(3, 4)}, device="cpu")
+"""
+
+
+def _twice(text: str, key: str, first: object, second: object) -> str:
+    """A JSON object text naming ``key`` twice, with ``first`` then ``second``."""
+    return "{%s: %s, %s: %s}" % (json.dumps(key), json.dumps(first), json.dumps(key), json.dumps(second))
+
+
+def test_a_manifest_naming_a_golden_twice_is_refused(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_g=TEST)
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+    manifest = pytester.path / "golden" / "manifest.json"
+    honest = json.loads(manifest.read_text())
+    assert pytester.runpytest("--ditgate", "-p", "no:cacheprovider").ret == 0  # the honest store reads
+    (ident, entry), = honest["entries"].items()
+    forged = dict(entry, sha256="0" * 64)
+    manifest.write_text('{"version": 1, "entries": %s}' % _twice("", ident, forged, entry))
+    for args in ([], ["--ditgate-freeze"]):
+        result = pytester.runpytest("--ditgate", "-p", "no:cacheprovider", *args)
+        result.assert_outcomes(failed=1)
+        result.stdout.fnmatch_lines([f"*[[]golden_integrity[]] {manifest}: golden manifest is malformed: the key "
+                                     f"'{ident}' appears twice in one object (a hand edit or a merge?): keep one"])
+        assert "INTERNALERROR" not in result.stdout.str()
+    assert "0" * 64 in manifest.read_text()  # nothing rewrote the manifest: the user decides which entry counts
+
+
+def test_a_lock_naming_a_file_twice_stops_the_session(pytester: pytest.Pytester) -> None:
+    pytester.makepyfile(test_g="def test_ok(): pass")
+    pytester.mkdir("reference").joinpath("work.py").write_text("X = 1\n")
+    pytester.makepyprojecttoml('[tool.ditgate]\nfixed_paths = ["reference/"]\n')
+    assert pytester.runpytest("--ditgate", "--ditgate-relock", "-p", "no:cacheprovider").ret == 0
+    assert pytester.runpytest("--ditgate", "-p", "no:cacheprovider").ret == 0  # the honest lock reads
+    lock = pytester.path / "golden" / "fixed_paths.lock.json"
+    data = json.loads(lock.read_text())
+    path, digest = next((p, h) for p, h in data["files"].items() if p.startswith("reference/"))
+    others = {p: h for p, h in data["files"].items() if p != path}
+    files = _twice("", path, "0" * 64, digest)[:-1] + "".join(f", {json.dumps(p)}: {json.dumps(h)}"
+                                                             for p, h in others.items()) + "}"
+    rest = {k: v for k, v in data.items() if k != "files"}
+    lock.write_text('{"files": %s, %s}' % (files, json.dumps(rest)[1:-1]))
+    result = pytester.runpytest("--ditgate", "-p", "no:cacheprovider")
+    assert result.ret != 0
+    text = result.stdout.str() + result.stderr.str()
+    assert f"is unreadable (the key '{path}' appears twice in one object (a hand edit or a merge?): keep one)" in text
+    assert "INTERNALERROR" not in text
