@@ -60,3 +60,37 @@ def test_a_lock_naming_a_file_twice_stops_the_session(pytester: pytest.Pytester)
     text = result.stdout.str() + result.stderr.str()
     assert f"is unreadable (the key '{path}' appears twice in one object (a hand edit or a merge?): keep one)" in text
     assert "INTERNALERROR" not in text
+
+
+CASES = """
+import pytest
+import torch
+
+@pytest.mark.parametrize("name", [NAMES])
+def test_g(golden, name):
+    golden.check(name, {"out": torch.full((4,), float(len(name)))}, device="cpu")
+"""
+
+
+def test_golden_names_that_differ_only_in_case_are_not_frozen_side_by_side(pytester: pytest.Pytester) -> None:
+    """``cpu/a.safetensors`` and ``cpu/A.safetensors`` are one file on macOS or Windows: each freeze overwrote
+    the other's golden, and a check there compared with whichever was written last."""
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    pytester.makepyfile(test_g=CASES.replace("NAMES", '"gate.out", "Gate.Out"'))
+    result = pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider")
+    result.assert_outcomes(passed=1, failed=1)
+    result.stdout.fnmatch_lines(["*[[]golden_integrity[]] golden 'Gate.Out' for cpu was not frozen: the golden "
+                                 "'cpu/gate.out' differs from it only in case*give the two goldens names that differ*"])
+    assert [p.name for p in (pytester.path / "golden" / "cpu").iterdir()] == ["gate.out.safetensors"]
+    # a later run freezing the twin alone meets the manifest's entry
+    pytester.makepyfile(test_g=CASES.replace("NAMES", '"GATE.OUT"'))
+    again = pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider")
+    again.assert_outcomes(failed=1)
+    again.stdout.fnmatch_lines(["*golden 'GATE.OUT' for cpu was not frozen: the golden 'cpu/gate.out' differs*"])
+
+
+def test_names_that_differ_otherwise_are_frozen_and_checked(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    pytester.makepyfile(test_g=CASES.replace("NAMES", '"gate.out", "gate.out2", "gate-out"'))
+    pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider").assert_outcomes(passed=3)
+    pytester.runpytest("--ditgate", "-p", "no:cacheprovider").assert_outcomes(passed=3)
