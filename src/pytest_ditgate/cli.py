@@ -225,7 +225,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand. Bad input is one line on stderr and exit 4; an I/O failure one line and exit 1;
-    never a traceback for either."""
+    Ctrl-C one line and exit 130, wherever it lands (in the imports too); never a traceback for any."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("ditgate: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from pytest_ditgate.errors import DitgateUsageError
     from pytest_ditgate.fsutil import CorruptFile
 
@@ -233,8 +241,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
-    except KeyboardInterrupt:
-        return 130
     except (DitgateUsageError, CorruptFile) as exc:
         print(f"ditgate {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -109,3 +109,18 @@ def test_an_empty_or_nonpositive_argument_is_a_usage_error(pytester: pytest.Pyte
     assert message in capsys.readouterr().err
     assert not (pytester.path / ".ditgate").exists()
     assert cli.main(["summary", "-n", "1"]) == 0  # a positive count still reads the (empty) ledger
+
+
+@pytest.mark.parametrize("where", ["build_parser", "artefact_dir"])
+def test_ctrl_c_anywhere_in_the_command_is_one_line_and_130(pytester: pytest.Pytester, monkeypatch, capsys,
+                                                            where: str) -> None:
+    """Ctrl-C while the command still imported its modules ended in a KeyboardInterrupt traceback (exit -2)."""
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    pytester.chdir()
+    monkeypatch.setattr(cli, where, interrupted)
+    assert cli.main(["summary"]) == 130
+    err = capsys.readouterr().err
+    assert err == "ditgate: interrupted\n" and not (pytester.path / ".ditgate").exists()
