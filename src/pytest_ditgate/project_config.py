@@ -207,6 +207,36 @@ def missing_paths(root: str | Path, paths: list[str], setting: str) -> list[str]
     return problems
 
 
+def timing_module_problem(root: str | Path, raw: str, where: str) -> str | None:
+    """Why the lane's timing module ``raw`` cannot give the judge its regions, read without running it (None when
+    it may): it does not parse, or it never binds ``REGIONS`` at its top level (an assignment or an import; a
+    star import is taken on trust). A module that raises when imported is found only when the judge imports it."""
+    import ast
+
+    path = project_path(root, raw)
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except OSError:
+        return None  # missing: missing_paths says so
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        return f"{where} names {raw!r}, which is not valid Python ({exc.msg if isinstance(exc, SyntaxError) else exc}" \
+               + (f", line {line})" if line else ")") + ": fix it before the judge imports it"
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" or (alias.asname or alias.name) == "REGIONS" for alias in node.names):
+                return None
+        if any(isinstance(t, ast.Name) and t.id == "REGIONS" for t in targets):
+            return None
+    return (f"{where} names {raw!r}, which declares no REGIONS (a list of pytest_ditgate.timed_region.TimedRegion, "
+            "the regions the judge times)")
+
+
 def project_path(root: str | Path, raw: str) -> Path:
     """A path a project setting or option names: ``~`` expanded, a relative one taken from ``root``."""
     path = Path(raw).expanduser()

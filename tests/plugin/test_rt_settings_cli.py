@@ -124,3 +124,37 @@ def test_ctrl_c_anywhere_in_the_command_is_one_line_and_130(pytester: pytest.Pyt
     assert cli.main(["summary"]) == 130
     err = capsys.readouterr().err
     assert err == "ditgate: interrupted\n" and not (pytester.path / ".ditgate").exists()
+
+
+@pytest.mark.parametrize(("body", "message"), [
+    ("def (:\n", "which is not valid Python (invalid syntax, line 1): fix it before the judge imports it"),
+    ("X = 1\nimport torch\n", "which declares no REGIONS (a list of pytest_ditgate.timed_region.TimedRegion*"),
+    ("def REGIONS_for():\n    REGIONS = []\n", "which declares no REGIONS*"),
+])
+def test_a_baseline_whose_timing_module_cannot_give_regions_writes_nothing(tmp_path: Path, body: str,
+                                                                           message: str) -> None:
+    """It ran the lane's tests (about 20 s) before the judge imported the module and undid everything."""
+    from judge_project import PYPROJECT
+
+    p = create(tmp_path / "project")
+    (p.root / "tests" / "gates" / "lane_timing.py").write_text(body)
+    (p.root / "pyproject.toml").write_text(PYPROJECT + '\n[tool.ditgate.lanes.timed]\ntests = ["tests/gates/test_gate.py"]\n'
+                                           'timing = "tests/gates/lane_timing.py"\n')
+    p.commit("a timed lane")
+    before = _state(p)
+    result = p.sh(str(BIN / "ditgate"), "baseline", "--lane", "fwd")  # any lane: a broken setting is the project's
+    assert result.returncode == 4, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "judged run:" not in result.stdout and "Traceback" not in result.stderr
+    assert fnmatch(result.stderr.strip(), "ditgate: cannot record a baseline: [[]tool.ditgate.lanes.timed[]] timing "
+                                          "names 'tests/gates/lane_timing.py', " + message), result.stderr
+    assert _state(p) == before
+
+
+def test_timing_modules_that_bind_regions_pass_the_check(tmp_path: Path) -> None:
+    from pytest_ditgate.project_config import timing_module_problem
+
+    for body in ("REGIONS = []\n", "REGIONS: list = []\n", "from lane_regions import REGIONS\n",
+                 "from lane_regions import ALL as REGIONS\n", "from lane_regions import *\n"):
+        (tmp_path / "t.py").write_text(body)
+        assert timing_module_problem(tmp_path, "t.py", "timing") is None, body
+    assert timing_module_problem(tmp_path, "missing.py", "timing") is None  # missing_paths reports it
