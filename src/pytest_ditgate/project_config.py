@@ -54,7 +54,7 @@ def noise_floor(value: Any) -> float:
 #: non-empty string, ``number`` a finite number, ``lanes`` a table of lane tables
 PROJECT_KEYS: dict[str, str] = {
     "mutable_paths": "paths", "fixed_paths": "paths", "fixed_paths_lock": "string", "artefact_dir": "string",
-    "quality_contract": "string", "classifier": "string", "lpips_weights": "string", "clip_weights": "string",
+    "quality_contract": "string", "classifier": "factory", "lpips_weights": "string", "clip_weights": "string",
     "clip_model": "string", "packages": "distributions", "lanes": "lanes",
 }
 #: the keys of a ``[tool.ditgate.lanes.<name>]`` table (their values are checked by ``verdict/lane.py``)
@@ -63,7 +63,10 @@ LANE_KEYS: dict[str, str] = {"tests": "paths", "class": "string", "objective": "
 _KINDS = {"paths": "a list of non-empty strings", "strings": "a list of non-empty strings",
           "distributions": "a list of distribution names as pip has them, each with an optional version spec "
                            "('liger-kernel', 'triton>=3.0')",
-          "string": "a non-empty string", "lanes": "a table of lane tables"}
+          "string": "a non-empty string", "lanes": "a table of lane tables",
+          "factory": "a factory written 'package.module:callable'"}
+#: a factory a setting names, imported when first used: ``package.module:callable``
+_FACTORY = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
 #: a distribution name (PEP 508) with an optional version spec, as ``[tool.ditgate] packages`` lists them
 _DISTRIBUTION = re.compile(r"^\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:[<>=!~][<>=!~0-9A-Za-z.*+,\s-]*)?$")
 #: a lane's name: it names the lane's history file and its git ref (``refs/ditgate/lanes/<name>``)
@@ -87,6 +90,8 @@ def _kind_problem(kind: str, value: Any) -> str | None:
             fits = all(_DISTRIBUTION.match(item) for item in value)
     elif kind == "string":
         fits = isinstance(value, str) and bool(value.strip())
+    elif kind == "factory":
+        fits = isinstance(value, str) and bool(_FACTORY.match(value.strip()))
     else:
         fits = isinstance(value, dict) and all(isinstance(lane, dict) for lane in value.values())
     return None if fits else f"must be {_KINDS[kind]}, got {value!r}"

@@ -58,6 +58,9 @@ def _outside(where: str, key: str, entry: str) -> str:
     ('[tool.ditgate]\npackages = ["triton>=3.0", "-x"]\n', "*packages must be a list of distribution names*"),
     ('[tool.ditgate]\nfixed_paths = ["reference/"]\nfixed_paths_lock = "reference"\n',
      "ERROR: [[]tool.ditgate[]] fixed_paths_lock names 'reference', a folder: name the lock's JSON file*"),
+    ('[tool.ditgate]\nclassifier = "dit_impl/shapes/scorer.py"\n',
+     "*[[]tool.ditgate[]] classifier must be a factory written 'package.module:callable', got 'dit_impl/shapes/scorer.py'"),
+    ('[tool.ditgate]\nclassifier = "scorer"\n', "*classifier must be a factory written 'package.module:callable'*"),
     ('[tool.pytest.ini_options]\nditgate_bench_budget_ms = [1, 2]\n',
      "ERROR: ini option ditgate_bench_budget_ms=[[]1, 2[]]: must be one value (a string, number or boolean), not a list"),
     ('[tool.pytest.ini_options]\nditgate_kernel_trials = {n = 3}\n', "ERROR: ini option ditgate_kernel_trials=*: invalid literal for int()*"),
@@ -88,7 +91,7 @@ def test_honest_settings_still_run(pytester: pytest.Pytester) -> None:
     pytester.makepyprojecttoml(
         '[tool.pytest.ini_options]\nditgate_bench_budget_ms = 50\n'
         f'[tool.ditgate]\nfixed_paths = ["{inside}/", "reference/../reference/work.py"]\n'
-        'packages = ["pytest>=7", "safetensors"]\nmutable_paths = ["cand/"]\n'
+        'packages = ["pytest>=7", "safetensors"]\nmutable_paths = ["cand/"]\nclassifier = "my_pkg.scoring:build"\n'
         '[tool.ditgate.lanes."dit-xl.v2"]\ntests = ["test_settings.py"]\n')
     assert pytester.runpytest("--ditgate", "--ditgate-relock", "-p", "no:cacheprovider").ret == 0
     result = pytester.runpytest("--ditgate", "--ditgate-description=", "-p", "no:cacheprovider")
