@@ -94,3 +94,48 @@ def test_names_that_differ_otherwise_are_frozen_and_checked(pytester: pytest.Pyt
     pytester.makepyfile(test_g=CASES.replace("NAMES", '"gate.out", "gate.out2", "gate-out"'))
     pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider").assert_outcomes(passed=3)
     pytester.runpytest("--ditgate", "-p", "no:cacheprovider").assert_outcomes(passed=3)
+
+
+RACE = """
+import subprocess
+import sys
+
+import torch
+
+def test_another_worker_freezes_first():
+    # another xdist worker (here: another pytest process) freezes the name after this run read the manifest
+    done = subprocess.run([sys.executable, "-m", "pytest", "--ditgate", "--ditgate-freeze", "-q", "-p",
+                           "no:cacheprovider", "other.py"], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+
+def test_this_worker_freezes_it_too(golden):
+    golden.check("shared", {"out": torch.full((4,), VALUE)}, device="cpu")
+"""
+OTHER = """
+import torch
+
+def test_other(golden):
+    golden.check("shared", {"out": torch.full((4,), 1.0)}, device="cpu")
+"""
+
+
+def test_a_golden_another_worker_froze_since_the_run_began_is_not_untracked(pytester: pytest.Pytester) -> None:
+    """Two xdist workers freezing one name with one value: the second found the first's file on disk, missing from
+    the manifest it read at the start, and failed ``golden_untracked`` (1 run in 2 of ``-n 2`` here)."""
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\npython_files = ['test_*.py', 'other.py']\n")
+    pytester.makepyfile(other=OTHER, test_race=RACE.replace("VALUE", "1.0"))
+    (pytester.path / "golden").mkdir()
+    result = pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider", "test_race.py")
+    result.assert_outcomes(passed=2)
+    assert "golden_untracked" not in result.stdout.str()
+
+
+def test_a_different_value_another_worker_froze_first_is_still_an_error(pytester: pytest.Pytester) -> None:
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\npython_files = ['test_*.py', 'other.py']\n")
+    pytester.makepyfile(other=OTHER, test_race=RACE.replace("VALUE", "2.0"))
+    (pytester.path / "golden").mkdir()
+    result = pytester.runpytest("--ditgate", "--ditgate-freeze", "-p", "no:cacheprovider", "test_race.py")
+    assert result.ret != 0
+    result.stdout.fnmatch_lines(["*[[]golden_not_written[]] golden 'cpu/shared' was frozen by another run or worker "
+                                 "while this one ran (other.py::test_other*"])
+    assert "golden_untracked" not in result.stdout.str()

@@ -276,7 +276,8 @@ class GoldenSession:
         if path.is_dir():
             raise GateFailure("golden_integrity", f"golden {name!r} for {key}: {path} is a folder, where its golden "
                                                   "file goes; move it away")
-        if self.mode == "freeze" and not overwrite and (path.exists() or path.is_symlink()):
+        if self.mode == "freeze" and not overwrite and (path.exists() or path.is_symlink()) \
+                and not self._listed_now(name, key):
             raise GateFailure("golden_untracked", _untracked_message(path, self.store.manifest_path))
         twin = _case_twin(name, key, [*self.manifest().entries, *self.pending, *self.frozen])
         if twin is not None:
@@ -296,6 +297,16 @@ class GoldenSession:
         entry = GoldenEntry(name=name, key=key, file=self.store.relative(name, key), sha256=sha256_bytes(data),
                             size=len(data), tensors=serializer.describe(tensors), provenance=provenance)
         self.pending[entry.id] = PendingWrite(entry, data, overwrite)
+
+    def _listed_now(self, name: str, key: str) -> bool:
+        """Whether the manifest lists the golden now, read under its lock: a file another run or xdist worker froze
+        since this run's snapshot is listed once its flush lets the lock go (the flush then keeps the first value,
+        or names both tests when they differ), where a file nobody froze is not."""
+        try:
+            with lock_for(self.store.manifest_path):
+                return self.store.load_manifest().get(name, key) is not None
+        except (OSError, ManifestError):
+            return False
 
     def flush(self) -> list[str]:
         """Write what the checks of the test that just ended queued: the ``golden`` fixture calls it when its
