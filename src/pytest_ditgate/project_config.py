@@ -248,11 +248,23 @@ def project_path(root: str | Path, raw: str) -> Path:
     return path if path.is_absolute() else Path(root) / path
 
 
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (the filesystem root at worst)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def missing_folder_problem(path: Path, root: str | Path) -> str | None:
     """Why ditgate must not create the missing folder ``path`` (None when it exists or may be created): it is
     created inside the project (``root``) or under an existing folder, never as a chain of new folders
-    elsewhere, where a typo would go unnoticed."""
-    if path.exists() or path.parent.is_dir():
+    elsewhere, where a typo would go unnoticed; and never under a file (``test_x.py/out``), where no folder can be."""
+    if path.exists():
+        return None
+    ancestor = _nearest_existing(path.parent)
+    if ancestor.exists() and not ancestor.is_dir():
+        return f"{ancestor} is a file, so no folder {path} can be made under it; check the path"
+    if path.parent.is_dir():
         return None
     try:
         inside = path.resolve().is_relative_to(Path(root).resolve())
@@ -274,9 +286,7 @@ def output_file_problem(path: Path, root: str | Path, *, kind: str = "file") -> 
 
     if path.is_dir():
         return f"is a folder; give the path of a {kind} to write"
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
+    ancestor = _nearest_existing(path.parent)
     if not ancestor.is_dir():
         return f"{ancestor} is not a folder"
     if not os.access(ancestor, os.W_OK | os.X_OK):

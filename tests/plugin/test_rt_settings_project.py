@@ -96,3 +96,22 @@ def test_honest_settings_still_run(pytester: pytest.Pytester) -> None:
     assert pytester.runpytest("--ditgate", "--ditgate-relock", "-p", "no:cacheprovider").ret == 0
     result = pytester.runpytest("--ditgate", "--ditgate-description=", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+@pytest.mark.parametrize(("table", "args", "env", "source"), [
+    ("[tool.pytest.ini_options]\n", ["--ditgate-dir=test_settings.py/out"], {}, "--ditgate-dir=test_settings.py/out"),
+    ("[tool.pytest.ini_options]\n", [], {"DITGATE_DIR": "test_settings.py/a/b"}, "DITGATE_DIR=test_settings.py/a/b"),
+    ('[tool.ditgate]\nartefact_dir = "test_settings.py/x"\n', [], {}, "[[]tool.ditgate[]] artefact_dir"),
+    ("[tool.pytest.ini_options]\n", ["--ditgate-golden-dir=test_settings.py/g", "--ditgate-freeze"], {},
+     "--ditgate-golden-dir=test_settings.py/g"),
+])
+def test_a_folder_setting_under_a_file_is_refused(pytester: pytest.Pytester, monkeypatch, table: str, args: list[str],
+                                                  env: dict[str, str], source: str) -> None:
+    """It passed the start (the folder is inside the project, so ditgate would make it), then every write failed:
+    environment.json with a warning only, a freeze with nothing written and the tests green."""
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    pytester.makepyfile(test_settings=NEVER)
+    pytester.makepyprojecttoml(table)
+    _refused(pytester, args, f"ERROR: {source}: */test_settings.py is a file, so no folder */test_settings.py/* can be "
+                             "made under it; check the path")
