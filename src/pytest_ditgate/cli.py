@@ -204,8 +204,27 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 EXIT_USAGE = 4
 
 
+class _Once(argparse._StoreAction):
+    """An option that takes a value once: ``--lane fwd --lane kernels`` (a script appending to a command line) is a
+    usage error naming both, not the last one silently (there is no ini file here for a command line to override)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        seen = f"_given_{self.dest}"
+        if getattr(namespace, seen, False):
+            parser.error(f"argument {option_string}: given twice ({getattr(namespace, self.dest)!r} and {values!r}); "
+                         "give it once")
+        setattr(namespace, seen, True)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that exits with :data:`EXIT_USAGE` on a bad argument, like every other ditgate usage error."""
+    """argparse that exits with :data:`EXIT_USAGE` on a bad argument, like every other ditgate usage error; an
+    option with a value may be given once."""
+
+    def add_argument(self, *names, **kwargs):  # type: ignore[override]
+        if names and names[0].startswith("-") and "action" not in kwargs:
+            kwargs["action"] = _Once
+        return super().add_argument(*names, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.print_usage(sys.stderr)

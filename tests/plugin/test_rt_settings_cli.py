@@ -2,7 +2,8 @@
 (HEAD detached: the commit belongs to no branch and git deletes it in time; a merge, rebase, cherry-pick or revert
 half-done: committing would finish it with whatever the tree holds; another git process holding the index) is
 refused before anything runs, exit 4 naming the state and what to do, the tree as it was. Arguments given empty
-(an unset variable in a script) and a non-positive ``summary -n`` are usage errors, not the default."""
+(an unset variable in a script), an option given twice (a script appending to a command line: the last one
+won silently) and a non-positive ``summary -n`` are usage errors, not the default."""
 
 from __future__ import annotations
 
@@ -98,8 +99,12 @@ def test_a_baseline_on_a_branch_is_not_refused_by_the_check(tmp_path: Path) -> N
     (["report", "--out", ""], "argument --out: is empty"),
     (["baseline", "--lane", ""], "argument --lane: is empty"),
     (["experiment", "--lane", ""], "argument --lane: is empty"),
+    (["baseline", "--lane", "fwd", "--lane", "kernels"], "argument --lane: given twice ('fwd' and 'kernels'); give it once"),
+    (["experiment", "--lane", "fwd", "--class", "exact", "--class", "numerical"],
+     "argument --class: given twice ('exact' and 'numerical')"),
+    (["summary", "-n", "2", "--limit", "3"], "argument --limit: given twice (2 and 3)"),
 ])
-def test_an_empty_or_nonpositive_argument_is_a_usage_error(pytester: pytest.Pytester, capsys, argv: list[str],
+def test_an_empty_repeated_or_nonpositive_argument_is_a_usage_error(pytester: pytest.Pytester, capsys, argv: list[str],
                                                            message: str) -> None:
     pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
     pytester.chdir()
