@@ -115,3 +115,22 @@ def test_a_folder_setting_under_a_file_is_refused(pytester: pytest.Pytester, mon
     pytester.makepyprojecttoml(table)
     _refused(pytester, args, f"ERROR: {source}: */test_settings.py is a file, so no folder */test_settings.py/* can be "
                              "made under it; check the path")
+
+
+@pytest.mark.parametrize(("name", "meant"), [("DITGATE_DIRR", "DITGATE_DIR"), ("DITGATE_DEVICE_PROFIL", "DITGATE_DEVICE_PROFILE"),
+                                             ("DITGATE_PROFILE", "DITGATE_DEVICE_PROFILE"), ("DITGATE_DIRS", "DITGATE_DIR")])
+def test_a_misspelt_ditgate_variable_is_refused(pytester: pytest.Pytester, monkeypatch, name: str, meant: str) -> None:
+    """``DITGATE_PROFILE=h200`` ran on the real device (no profile): the skip decisions CI meant to exercise did not
+    happen, and the run was green."""
+    monkeypatch.setenv(name, "h200")
+    pytester.makepyfile(test_settings=NEVER)
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    _refused(pytester, [], f"ERROR: environment variable {name}: not a ditgate variable; did you mean {meant!r}?")
+
+
+def test_a_projects_own_ditgate_variables_are_left_alone(pytester: pytest.Pytester, monkeypatch) -> None:
+    for name in ("DITGATE_KERNELS_ARCHS", "DITGATE_KERNELS_CACHE_DIR", "DITGATE_CORPUS_SHARD", "DITGATE_API"):
+        monkeypatch.setenv(name, "1")
+    pytester.makepyfile(test_settings="def test_ok(): pass")
+    pytester.makepyprojecttoml("[tool.pytest.ini_options]\n")
+    pytester.runpytest("--ditgate", "-p", "no:cacheprovider").assert_outcomes(passed=1)
