@@ -15,6 +15,26 @@ import sys
 from typing import Callable, Sequence
 
 
+def _given(text: str) -> str:
+    """``type=`` of an argument that names something (a lane, a folder, a target): an empty one (an unset
+    variable in a script) is a usage error, never the default."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty (an unset variable in a script?): give a value, or leave the "
+                                         "option out for its default")
+    return text
+
+
+def _count(text: str) -> int:
+    """``type=`` of ``summary -n``: how many rows, at least one (``-n -3`` sliced the rows from the other end)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
 def artefact_dir(args: argparse.Namespace) -> "Path":
     """The artefact folder a command reads: ``--dir`` (from the current folder), else what pytest run at the
     project root uses (``$DITGATE_DIR``, ``[tool.ditgate] artefact_dir``, ``.ditgate``)."""
@@ -37,8 +57,8 @@ def _doctor(args: argparse.Namespace) -> int:
 def _add_doctor(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("doctor", help="show the device, capabilities, dependencies and what is missing")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
-    parser.add_argument("--target", default=None, help="also check the device against a target (profile or sm_XY)")
-    parser.add_argument("--dir", default=None, help="artefact folder to report (default: $DITGATE_DIR, [tool.ditgate] "
+    parser.add_argument("--target", default=None, type=_given, help="also check the device against a target (profile or sm_XY)")
+    parser.add_argument("--dir", default=None, type=_given, help="artefact folder to report (default: $DITGATE_DIR, [tool.ditgate] "
                                                     "artefact_dir, else .ditgate in the project root)")
     parser.add_argument("--deep", action="store_true",
                         help="import every optional dependency too (slower; finds broken binary installs)")
@@ -75,10 +95,10 @@ def _summary(args: argparse.Namespace) -> int:
 
 def _add_summary(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("summary", help="recent experiments from the ledger (results.tsv)")
-    parser.add_argument("--dir", default=None, help="ledger folder (default: $DITGATE_DIR, [tool.ditgate] "
+    parser.add_argument("--dir", default=None, type=_given, help="ledger folder (default: $DITGATE_DIR, [tool.ditgate] "
                                                     "artefact_dir, else .ditgate in the project root)")
-    parser.add_argument("--lane", default=None, help="only this lane")
-    parser.add_argument("-n", "--limit", type=int, default=20, help="how many (default 20)")
+    parser.add_argument("--lane", default=None, type=_given, help="only this lane")
+    parser.add_argument("-n", "--limit", type=_count, default=20, help="how many (default 20)")
     parser.add_argument("--json", action="store_true")
     parser.set_defaults(handler=_summary)
 
@@ -116,9 +136,9 @@ def _report(args: argparse.Namespace) -> int:
 
 def _add_report(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("report", help="an HTML page: benchmark history per lane and arch, quality, heat maps")
-    parser.add_argument("--dir", default=None, help="ledger folder (default: $DITGATE_DIR, [tool.ditgate] "
+    parser.add_argument("--dir", default=None, type=_given, help="ledger folder (default: $DITGATE_DIR, [tool.ditgate] "
                                                     "artefact_dir, else .ditgate in the project root)")
-    parser.add_argument("--out", default=None, help="output file (default <dir>/report.html)")
+    parser.add_argument("--out", default=None, type=_given, help="output file (default <dir>/report.html)")
     parser.set_defaults(handler=_report)
 
 
@@ -154,14 +174,14 @@ def _add_baseline(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("baseline", help="a maintainer's step, once per lane: run the lane's tests from "
                                              "[tool.ditgate.lanes], freeze missing goldens, relock the fixed paths, "
                                              "commit, and start the lane's history with its first best")
-    parser.add_argument("--lane", required=True)
+    parser.add_argument("--lane", required=True, type=_given)
     parser.set_defaults(handler=_judge)
 
 
 def _add_experiment(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser("experiment", help="judge the checked-out commit in a lane: exit 0 KEEP, 10-14 "
                                                "DISCARD (quality, performance, integrity, scope, class), 15 CRASH")
-    parser.add_argument("--lane", required=True)
+    parser.add_argument("--lane", required=True, type=_given)
     from pytest_ditgate.quality.specs import EXPERIMENT_CLASSES
 
     parser.add_argument("--class", dest="cls", default=None, choices=EXPERIMENT_CLASSES,
@@ -184,8 +204,27 @@ COMMANDS: dict[str, Callable[[argparse._SubParsersAction], None]] = {
 EXIT_USAGE = 4
 
 
+class _Once(argparse._StoreAction):
+    """An option that takes a value once: ``--lane fwd --lane kernels`` (a script appending to a command line) is a
+    usage error naming both, not the last one silently (there is no ini file here for a command line to override)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):  # type: ignore[override]
+        seen = f"_given_{self.dest}"
+        if getattr(namespace, seen, False):
+            parser.error(f"argument {option_string}: given twice ({getattr(namespace, self.dest)!r} and {values!r}); "
+                         "give it once")
+        setattr(namespace, seen, True)
+        super().__call__(parser, namespace, values, option_string)
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse that exits with :data:`EXIT_USAGE` on a bad argument, like every other ditgate usage error."""
+    """argparse that exits with :data:`EXIT_USAGE` on a bad argument, like every other ditgate usage error; an
+    option with a value may be given once."""
+
+    def add_argument(self, *names, **kwargs):  # type: ignore[override]
+        if names and names[0].startswith("-") and "action" not in kwargs:
+            kwargs["action"] = _Once
+        return super().add_argument(*names, **kwargs)
 
     def error(self, message: str):  # type: ignore[override]
         self.print_usage(sys.stderr)
@@ -205,7 +244,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one subcommand. Bad input is one line on stderr and exit 4; an I/O failure one line and exit 1;
-    never a traceback for either."""
+    Ctrl-C one line and exit 130, wherever it lands (in the imports too); never a traceback for any."""
+    try:
+        return _run(argv)
+    except KeyboardInterrupt:
+        print("ditgate: interrupted", file=sys.stderr)
+        return 130
+
+
+def _run(argv: Sequence[str] | None) -> int:
     from pytest_ditgate.errors import DitgateUsageError
     from pytest_ditgate.fsutil import CorruptFile
 
@@ -213,8 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return int(args.handler(args))
-    except KeyboardInterrupt:
-        return 130
     except (DitgateUsageError, CorruptFile) as exc:
         print(f"ditgate {args.command}: error: {exc}", file=sys.stderr)
         return EXIT_USAGE

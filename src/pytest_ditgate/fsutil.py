@@ -168,6 +168,25 @@ def read_jsonl_warn(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return content.records
 
 
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (a hand edit, a merge): ``json.loads`` would keep the last silently."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in seen:
+            raise DuplicateKey(f"the key {key!r} appears twice in one object (a hand edit or a merge?): keep one")
+        seen[key] = value
+    return seen
+
+
+def loads_json(text: str) -> Any:
+    """``json.loads`` of a record ditgate wrote, refusing an object that names a key twice (:class:`DuplicateKey`):
+    which of two manifest entries or lock hashes counts must never be decided silently."""
+    return json.loads(text, object_pairs_hook=_unique_pairs)
+
+
 class CorruptFile(ValueError):
     """A record file that exists but cannot be read as what it should be (the message names it)."""
 
@@ -176,7 +195,7 @@ def decode_json_object(data: bytes, where: str) -> dict[str, Any]:
     """``data`` as a JSON object; :class:`CorruptFile` starting with ``where`` when it is not UTF-8, not
     JSON, or not an object."""
     try:
-        value = json.loads(data.decode("utf-8"))
+        value = loads_json(data.decode("utf-8"))
     except UnicodeDecodeError as exc:
         raise CorruptFile(f"{where}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except ValueError as exc:

@@ -117,6 +117,38 @@ def work_tree_problem(root: str | Path) -> str | None:
     return None
 
 
+#: files in the git folder that say an operation is half-done, and how to finish or leave it
+_IN_PROGRESS = (("MERGE_HEAD", "a merge", "git merge --continue or git merge --abort"),
+                ("rebase-merge", "a rebase", "git rebase --continue or git rebase --abort"),
+                ("rebase-apply", "a rebase or git am", "git rebase --continue or git rebase --abort"),
+                ("CHERRY_PICK_HEAD", "a cherry-pick", "git cherry-pick --continue or git cherry-pick --abort"),
+                ("REVERT_HEAD", "a revert", "git revert --continue or git revert --abort"),
+                ("BISECT_LOG", "a bisect", "git bisect reset"))
+
+
+def branch_problem(root: str | Path) -> str | None:
+    """Why a commit made in ``root`` now would not be a branch's next commit (None when it would): a merge, rebase,
+    cherry-pick, revert or bisect is half-done, another git process holds the index (committing would finish it with whatever the tree holds, conflict
+    markers included), or HEAD is detached (the commit would belong to no branch, and git's garbage collection
+    would delete it once HEAD moves on)."""
+    def path(name: str) -> Path:
+        return Path(root, git(root, "rev-parse", "--git-path", name, timeout=30).strip())
+
+    def exists(name: str) -> bool:
+        return path(name).exists()
+
+    for name, what, remedy in _IN_PROGRESS:
+        if exists(name):
+            return f"{what} is in progress in {root}: finish or abandon it first ({remedy})"
+    if exists("index.lock"):
+        return (f"another git process is using {root} ({path('index.lock')} exists): wait for it to end, or, if none "
+                "runs (one was killed), remove that file")
+    if git(root, "symbolic-ref", "-q", "HEAD", timeout=30, check=False).strip() == "":
+        return (f"HEAD is detached in {root}: a commit there belongs to no branch (git deletes it in time once HEAD "
+                "moves on); check out a branch first (git checkout -b autoresearch/<tag>)")
+    return None
+
+
 def identity_problem(root: str | Path) -> str | None:
     """Why a commit in ``root`` would fail for want of an author or committer (None when git knows both):
     ``git var`` asks exactly what ``git commit`` would."""

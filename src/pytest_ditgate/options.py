@@ -75,15 +75,27 @@ def add_options(parser: pytest.Parser, specs: Iterable[OptionSpec]) -> None:
                           default="" if spec.default is None else str(spec.default))
 
 
+#: the options an empty value means something for (an empty description); any other given empty is refused
+EMPTY_ALLOWED = frozenset({"--ditgate-description"})
+
+
 def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
     """The option's value: command line, else ini, else default; ini strings are validated like flags."""
     value = config.getoption(spec.dest, default=None)
     if value is not None:
+        if isinstance(value, str) and not value.strip() and spec.flag not in EMPTY_ALLOWED:
+            raise pytest.UsageError(f"{spec.flag} is given an empty value (an unset variable in a script?): give a "
+                                    "value, or leave the option out for its default")
         return value
     try:
         raw = config.getini(spec.ini)
-    except (ValueError, pytest.UsageError) as exc:  # a bool ini key holding "maybe" (pytest 9 raises UsageError)
+    except (ValueError, TypeError, pytest.UsageError) as exc:  # a bool ini key holding "maybe" (pytest 9: UsageError)
         raise pytest.UsageError(f"ini option {spec.ini}: {exc}; use true or false") from None
+    if isinstance(raw, (int, float)) and not isinstance(raw, bool) and spec.kind != "bool":
+        raw = str(raw)  # a TOML number: read as the command line's text
+    if not isinstance(raw, (str, bool)):  # a TOML list or table where one value goes
+        raise pytest.UsageError(f"ini option {spec.ini}={raw!r}: must be one value (a string, number or boolean), "
+                                f"not a {type(raw).__name__}")
     if spec.kind == "bool":
         return bool(raw)
     if raw in ("", None):
@@ -99,9 +111,48 @@ def get_option(config: pytest.Config, spec: OptionSpec) -> Any:
 
 
 def validate_all(config: pytest.Config, specs: Iterable[OptionSpec]) -> None:
-    """Read every option once, so that a bad ini value is a usage error at start, not when first used."""
+    """Read every option once, so that a bad ini value is a usage error at start, not when first used; and refuse
+    a misspelt ditgate environment variable (:func:`misspelt_variables`)."""
+    import os
+
     for spec in specs:
         get_option(config, spec)
+    misspelt = misspelt_variables(os.environ)
+    if misspelt:
+        raise pytest.UsageError("; ".join(misspelt))
+
+
+#: the environment variables a user sets for a pytest run (others named ``DITGATE_*`` may be a project's own)
+USER_VARIABLES = ("DITGATE_DIR", "DITGATE_DEVICE_PROFILE")
+#: names a user may reach for instead of one of :data:`USER_VARIABLES`
+_VARIABLE_ALIASES = {"DITGATE_PROFILE": "DITGATE_DEVICE_PROFILE", "DITGATE_ARTEFACT_DIR": "DITGATE_DIR",
+                     "DITGATE_ARTIFACT_DIR": "DITGATE_DIR"}
+
+
+def _edits(a: str, b: str) -> int:
+    """The Levenshtein distance of ``a`` and ``b``."""
+    row = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        previous, row[0] = row[0], i
+        for j, y in enumerate(b, 1):
+            previous, row[j] = row[j], min(row[j] + 1, row[j - 1] + 1, previous + (x != y))
+    return row[-1]
+
+
+def misspelt_variables(environ: Any) -> list[str]:
+    """``environment variable DITGATE_DIRR: not a ditgate variable; did you mean 'DITGATE_DIR'?`` for each set
+    variable within two edits of one of :data:`USER_VARIABLES` (or a known alias): the run would go on without it
+    (artefacts in the default folder, the real device instead of a profile). Other ``DITGATE_*`` names are left
+    alone: a project may use the prefix for its own (this repository's kernels do)."""
+    found = []
+    for name in sorted(str(key) for key in environ):
+        if not name.startswith("DITGATE") or name in USER_VARIABLES:
+            continue
+        meant = _VARIABLE_ALIASES.get(name) or next((known for known in USER_VARIABLES if _edits(name, known) <= 2),
+                                                    None)
+        if meant:
+            found.append(f"environment variable {name}: not a ditgate variable; did you mean {meant!r}?")
+    return found
 
 
 def ini_keys(config: pytest.Config) -> set[str]:

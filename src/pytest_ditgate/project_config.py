@@ -10,6 +10,8 @@ is a usage error naming it, never a setting silently ignored (a misspelt ``fixed
 from __future__ import annotations
 
 import math
+import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -52,14 +54,26 @@ def noise_floor(value: Any) -> float:
 #: non-empty string, ``number`` a finite number, ``lanes`` a table of lane tables
 PROJECT_KEYS: dict[str, str] = {
     "mutable_paths": "paths", "fixed_paths": "paths", "fixed_paths_lock": "string", "artefact_dir": "string",
-    "quality_contract": "string", "classifier": "string", "lpips_weights": "string", "clip_weights": "string",
-    "clip_model": "string", "packages": "strings", "lanes": "lanes",
+    "quality_contract": "string", "classifier": "factory", "lpips_weights": "string", "clip_weights": "string",
+    "clip_model": "string", "packages": "distributions", "lanes": "lanes",
 }
 #: the keys of a ``[tool.ditgate.lanes.<name>]`` table (their values are checked by ``verdict/lane.py``)
 LANE_KEYS: dict[str, str] = {"tests": "paths", "class": "string", "objective": "string", "required": "strings",
                              "min_improvement": "noise floor", "timing": "string"}
 _KINDS = {"paths": "a list of non-empty strings", "strings": "a list of non-empty strings",
-          "string": "a non-empty string", "lanes": "a table of lane tables"}
+          "distributions": "a list of distribution names as pip has them, each with an optional version spec "
+                           "('liger-kernel', 'triton>=3.0')",
+          "string": "a non-empty string", "lanes": "a table of lane tables",
+          "factory": "a factory written 'package.module:callable'"}
+#: a factory a setting names, imported when first used: ``package.module:callable``
+_FACTORY = re.compile(r"^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*$")
+#: a distribution name (PEP 508) with an optional version spec, as ``[tool.ditgate] packages`` lists them
+_DISTRIBUTION = re.compile(r"^\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?:[<>=!~][<>=!~0-9A-Za-z.*+,\s-]*)?$")
+#: a lane's name: it names the lane's history file and its git ref (``refs/ditgate/lanes/<name>``)
+_LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*$")
+#: the settings that name files of the project (the lock and the judge's diffs see only the project's files)
+_PROJECT_FILE_KEYS = ("mutable_paths", "fixed_paths", "fixed_paths_lock")
+_LANE_FILE_KEYS = ("tests", "timing")
 
 
 def _kind_problem(kind: str, value: Any) -> str | None:
@@ -70,10 +84,14 @@ def _kind_problem(kind: str, value: Any) -> str | None:
         except ValueError as exc:
             return str(exc)
         return None
-    if kind in ("paths", "strings"):
+    if kind in ("paths", "strings", "distributions"):
         fits = isinstance(value, list) and all(isinstance(item, str) and item.strip() for item in value)
+        if fits and kind == "distributions":
+            fits = all(_DISTRIBUTION.match(item) for item in value)
     elif kind == "string":
         fits = isinstance(value, str) and bool(value.strip())
+    elif kind == "factory":
+        fits = isinstance(value, str) and bool(_FACTORY.match(value.strip()))
     else:
         fits = isinstance(value, dict) and all(isinstance(lane, dict) for lane in value.values())
     return None if fits else f"must be {_KINDS[kind]}, got {value!r}"
@@ -91,14 +109,60 @@ def _table_problems(table: dict[str, Any], schema: dict[str, str], where: str) -
     return problems
 
 
-def project_problems(table: dict[str, Any]) -> list[str]:
-    """Every key of the ``[tool.ditgate]`` table ``table`` that is unknown or of the wrong type (lanes too)."""
+def lane_name_problem(name: str, others: list[str]) -> str | None:
+    """Why ``name`` cannot name a lane (None when it can): it names the lane's history file and git ref, so it is
+    letters, digits, ``-``, ``_`` and inner dots (no ``/``, space, ``..``, nor a ``.lock`` ending git refuses), and
+    two lanes may not differ only in case (their files would be one on a case-insensitive disk)."""
+    if not _LANE_NAME.match(name) or name.endswith(".lock"):
+        return (f"[tool.ditgate.lanes] lane name {name!r} is not a valid lane name: use letters, digits, '-', '_' and "
+                "inner dots (it names the lane's history file and git ref), e.g. 'fwd' or 'dit-xl'")
+    twins = [other for other in others if other != name and other.lower() == name.lower()]
+    if twins:
+        return (f"[tool.ditgate.lanes] lanes {name!r} and {twins[0]!r} differ only in case: their histories would be "
+                "one file on a case-insensitive disk; rename one")
+    return None
+
+
+def _escapes(root: str | Path, entry: str) -> bool:
+    """Whether the path setting ``entry`` (a path, a glob, ``path::test`` or ``file#table``) leads out of
+    ``root``, by its text (``..``, an absolute path elsewhere): links inside the project are the project's own."""
+    raw = os.path.expanduser(entry.split("::", 1)[0].split("#", 1)[0])
+    if not raw:
+        return False
+    folders = {os.path.normpath(str(root)), os.path.normpath(str(Path(root).resolve()))}
+    target = os.path.normpath(os.path.join(str(root), raw))
+    if not os.path.isabs(raw):
+        return target == os.pardir or os.path.normpath(raw).split(os.sep, 1)[0] == os.pardir
+    return not any(target == folder or target.startswith(folder.rstrip(os.sep) + os.sep) for folder in folders)
+
+
+def _escape_problems(root: str | Path, table: dict[str, Any], keys: tuple[str, ...], where: str) -> list[str]:
+    problems = []
+    for key in keys:
+        value = table.get(key)
+        for entry in [value] if isinstance(value, str) else value if isinstance(value, list) else ():
+            if isinstance(entry, str) and _escapes(root, entry):
+                problems.append(f"{where} {key} names {entry!r}, outside the project {root}: the lock and the judge see "
+                                "only the project's files; name a path inside it (relative to the project root)")
+    return problems
+
+
+def project_problems(table: dict[str, Any], root: str | Path | None = None) -> list[str]:
+    """Every key of the ``[tool.ditgate]`` table ``table`` that is unknown or of the wrong type (lanes too), every
+    lane name that cannot name a lane, and (given the project's ``root``) every file setting leading out of it."""
     problems = _table_problems(table, PROJECT_KEYS, "[tool.ditgate]")
+    if root is not None:
+        problems += _escape_problems(root, table, _PROJECT_FILE_KEYS, "[tool.ditgate]")
     lanes = table.get("lanes")
     if isinstance(lanes, dict):
         for name, lane in lanes.items():
+            problem = lane_name_problem(name, list(lanes))
+            if problem:
+                problems.append(problem)
             if isinstance(lane, dict):
                 problems += _table_problems(lane, LANE_KEYS, f"[tool.ditgate.lanes.{name}]")
+                if root is not None:
+                    problems += _escape_problems(root, lane, _LANE_FILE_KEYS, f"[tool.ditgate.lanes.{name}]")
     return problems
 
 
@@ -111,7 +175,7 @@ def load_project_config(root: str | Path) -> dict[str, Any]:
     table = tool.get("ditgate", {}) if isinstance(tool, dict) else {}
     if not isinstance(table, dict):
         raise DitgateUsageError(f"{path}: [tool.ditgate] must be a table, got {table!r}")
-    problems = project_problems(table)
+    problems = project_problems(table, root)
     if problems:
         raise DitgateUsageError(f"{path}: " + "; ".join(problems))
     return table
@@ -148,17 +212,59 @@ def missing_paths(root: str | Path, paths: list[str], setting: str) -> list[str]
     return problems
 
 
+def timing_module_problem(root: str | Path, raw: str, where: str) -> str | None:
+    """Why the lane's timing module ``raw`` cannot give the judge its regions, read without running it (None when
+    it may): it does not parse, or it never binds ``REGIONS`` at its top level (an assignment or an import; a
+    star import is taken on trust). A module that raises when imported is found only when the judge imports it."""
+    import ast
+
+    path = project_path(root, raw)
+    try:
+        tree = ast.parse(path.read_bytes(), filename=str(path))
+    except OSError:
+        return None  # missing: missing_paths says so
+    except (SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        return f"{where} names {raw!r}, which is not valid Python ({exc.msg if isinstance(exc, SyntaxError) else exc}" \
+               + (f", line {line})" if line else ")") + ": fix it before the judge imports it"
+    for node in tree.body:
+        targets: list[ast.expr] = []
+        if isinstance(node, ast.Assign):
+            targets = node.targets
+        elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
+            targets = [node.target]
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" or (alias.asname or alias.name) == "REGIONS" for alias in node.names):
+                return None
+        if any(isinstance(t, ast.Name) and t.id == "REGIONS" for t in targets):
+            return None
+    return (f"{where} names {raw!r}, which declares no REGIONS (a list of pytest_ditgate.timed_region.TimedRegion, "
+            "the regions the judge times)")
+
+
 def project_path(root: str | Path, raw: str) -> Path:
     """A path a project setting or option names: ``~`` expanded, a relative one taken from ``root``."""
     path = Path(raw).expanduser()
     return path if path.is_absolute() else Path(root) / path
 
 
+def _nearest_existing(path: Path) -> Path:
+    """``path`` or its nearest ancestor that exists (the filesystem root at worst)."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def missing_folder_problem(path: Path, root: str | Path) -> str | None:
     """Why ditgate must not create the missing folder ``path`` (None when it exists or may be created): it is
     created inside the project (``root``) or under an existing folder, never as a chain of new folders
-    elsewhere, where a typo would go unnoticed."""
-    if path.exists() or path.parent.is_dir():
+    elsewhere, where a typo would go unnoticed; and never under a file (``test_x.py/out``), where no folder can be."""
+    if path.exists():
+        return None
+    ancestor = _nearest_existing(path.parent)
+    if ancestor.exists() and not ancestor.is_dir():
+        return f"{ancestor} is a file, so no folder {path} can be made under it; check the path"
+    if path.parent.is_dir():
         return None
     try:
         inside = path.resolve().is_relative_to(Path(root).resolve())
@@ -180,9 +286,7 @@ def output_file_problem(path: Path, root: str | Path, *, kind: str = "file") -> 
 
     if path.is_dir():
         return f"is a folder; give the path of a {kind} to write"
-    ancestor = path.parent
-    while not ancestor.exists() and ancestor != ancestor.parent:
-        ancestor = ancestor.parent
+    ancestor = _nearest_existing(path.parent)
     if not ancestor.is_dir():
         return f"{ancestor} is not a folder"
     if not os.access(ancestor, os.W_OK | os.X_OK):

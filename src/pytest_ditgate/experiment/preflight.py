@@ -31,17 +31,23 @@ def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[
     """Why ``ditgate baseline`` cannot run here (empty when it can); reads only. A mutable path that does not
     exist at the baseline is a typo: every later edit would be out of scope (13)."""
     from pytest_ditgate.golden.fixed_paths import LockSettings, unlocated_fixed_paths
-    from pytest_ditgate.project_config import missing_folder_problem, missing_paths, string_list
+    from pytest_ditgate.project_config import missing_folder_problem, missing_paths, string_list, timing_module_problem
 
     problems = [p for p in (git.work_tree_problem(root),) if p]
     if not problems:
-        problems += [p for p in (git.identity_problem(root),) if p]
+        problems += [p for p in (git.branch_problem(root), git.identity_problem(root)) if p]
     if history_file.exists():
         problems.append(f"the lane history {history_file} exists, but no baseline of the lane is recorded (neither "
                         "the fixed-paths lock nor the lane's git ref names it): move it away before a new baseline")
     problems += unlocated_fixed_paths(LockSettings.from_rootdir(root), golden_store)
     problems += missing_paths(root, string_list(project, "mutable_paths"), "[tool.ditgate] mutable_paths")
     problems += missing_paths(root, list(lane_tests), "the lane's tests")
+    lanes = project.get("lanes")
+    for name, lane in (lanes.items() if isinstance(lanes, dict) else ()):
+        timing = lane.get("timing") if isinstance(lane, dict) else None
+        problem = timing_module_problem(root, timing, f"[tool.ditgate.lanes.{name}] timing") if timing else None
+        if problem:
+            problems.append(problem)
     folder = missing_folder_problem(artefacts, root)
     if folder:
         problems.append(f"the artefact folder: {folder}")

@@ -66,6 +66,9 @@ class LockSettings:
         lock = table.get("fixed_paths_lock", DEFAULT_LOCK)
         if not isinstance(lock, str):
             raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock must be a string, got {lock!r}")
+        if (rootdir / lock).is_dir():
+            raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock names {lock!r}, a folder: name the lock's JSON "
+                                    f"file (default {DEFAULT_LOCK})")
         return cls(rootdir, patterns, rootdir / lock, bool(project or table.get("lanes")))
 
 
@@ -183,13 +186,13 @@ class LockVerdict:
 def evaluate_lock(settings: LockSettings, now: dict[str, str] | None = None) -> LockVerdict:
     """Compare the files on disk with the lock (pure decision; nothing is written). ``now`` is
     :func:`expand` of ``settings`` when the caller already hashed the files."""
-    import json
+    from pytest_ditgate.fsutil import loads_json
 
     try:
-        data = json.loads(settings.lock_path.read_text(encoding="utf-8"))
+        data = loads_json(settings.lock_path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return LockVerdict(settings.lock_path, missing_lock=True)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # not JSON, not UTF-8, a key twice
         return LockVerdict(settings.lock_path, unreadable=str(exc))
     if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
         return LockVerdict(settings.lock_path, unreadable="no 'files' table")
@@ -207,10 +210,10 @@ def evaluate_lock(settings: LockSettings, now: dict[str, str] | None = None) -> 
 
 def read_lock(settings: LockSettings) -> dict[str, Any]:
     """The lock file's data (empty when missing or unreadable: :func:`evaluate_lock` reports those)."""
-    import json
+    from pytest_ditgate.fsutil import loads_json
 
     try:
-        data = json.loads(settings.lock_path.read_text(encoding="utf-8"))
+        data = loads_json(settings.lock_path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -18,10 +18,10 @@ removes the journal once the manifest is saved. Whatever is on disk after an int
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
+from pytest_ditgate.fsutil import loads_json
 from pytest_ditgate.golden.manifest import GoldenEntry, Manifest, ManifestError
 
 JOURNAL_NAME = ".freeze-journal.json"
@@ -53,7 +53,7 @@ def journaled(root: Path) -> list[GoldenEntry]:
     someone edited it."""
     path = journal_path(root)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return []
     except (OSError, ValueError) as exc:

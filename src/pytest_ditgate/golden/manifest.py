@@ -7,13 +7,12 @@ are verified against it; it is rewritten only by :meth:`Manifest.save` under a f
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pytest_ditgate.fsutil import atomic_write_json
+from pytest_ditgate.fsutil import DuplicateKey, atomic_write_json, loads_json
 
 MANIFEST_NAME = "manifest.json"
 VERSION = 1
@@ -77,9 +76,11 @@ class Manifest:
         """The manifest at ``path``; an absent file is an empty manifest, a corrupt one raises ManifestError."""
         file = Path(path)
         try:
-            data = json.loads(file.read_text(encoding="utf-8"))
+            data = loads_json(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             return cls(file)
+        except DuplicateKey as exc:
+            raise ManifestError(f"{file}: golden manifest is malformed: {exc}") from None
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
             raise ManifestError(f"{file}: golden manifest is not valid JSON, or not UTF-8 ({exc})") from None
         except OSError as exc:

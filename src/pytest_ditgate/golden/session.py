@@ -276,8 +276,12 @@ class GoldenSession:
         if path.is_dir():
             raise GateFailure("golden_integrity", f"golden {name!r} for {key}: {path} is a folder, where its golden "
                                                   "file goes; move it away")
-        if self.mode == "freeze" and not overwrite and (path.exists() or path.is_symlink()):
+        if self.mode == "freeze" and not overwrite and (path.exists() or path.is_symlink()) \
+                and not self._listed_now(name, key):
             raise GateFailure("golden_untracked", _untracked_message(path, self.store.manifest_path))
+        twin = _case_twin(name, key, [*self.manifest().entries, *self.pending, *self.frozen])
+        if twin is not None:
+            raise GateFailure("golden_integrity", f"golden {name!r} for {key} was not frozen: {twin}")
         nonfinite = _nonfinite(tensors)
         if nonfinite:
             raise GateFailure("golden_nonfinite", f"golden {name!r} for {key} was not frozen: {nonfinite}; a golden "
@@ -293,6 +297,16 @@ class GoldenSession:
         entry = GoldenEntry(name=name, key=key, file=self.store.relative(name, key), sha256=sha256_bytes(data),
                             size=len(data), tensors=serializer.describe(tensors), provenance=provenance)
         self.pending[entry.id] = PendingWrite(entry, data, overwrite)
+
+    def _listed_now(self, name: str, key: str) -> bool:
+        """Whether the manifest lists the golden now, read under its lock: a file another run or xdist worker froze
+        since this run's snapshot is listed once its flush lets the lock go (the flush then keeps the first value,
+        or names both tests when they differ), where a file nobody froze is not."""
+        try:
+            with lock_for(self.store.manifest_path):
+                return self.store.load_manifest().get(name, key) is not None
+        except (OSError, ManifestError):
+            return False
 
     def flush(self) -> list[str]:
         """Write what the checks of the test that just ended queued: the ``golden`` fixture calls it when its
@@ -359,6 +373,9 @@ class GoldenSession:
         escape = self.store.escape(self.store.root / entry.file)
         if escape is not None:  # a link made since the check queued it
             return f"golden {entry.id!r} was not written: {escape}; {LINK_HINT}"
+        twin = _case_twin(entry.name, entry.key, manifest.entries)
+        if twin is not None:  # another run or worker froze it since this check was queued
+            return f"golden {entry.id!r} was not written: {twin}"
         if self.mode != "freeze" or write.overwrite:
             return None
         current = manifest.get(entry.name, entry.key)
@@ -430,6 +447,18 @@ def _bytes_dtype() -> Any:
     import torch
 
     return torch.uint8
+
+
+def _case_twin(name: str, key: str, ids: Any) -> str | None:
+    """Why ``name`` cannot be frozen under ``key`` beside the goldens ``ids`` (``<key>/<name>``; None when it can): one
+    of them differs from it only in case, and on a case-insensitive disk (macOS, Windows) the two are one file,
+    each freeze overwriting the other's golden."""
+    ident = f"{key}/{name}"
+    twin = next((other for other in ids if other != ident and other.lower() == ident.lower()), None)
+    if twin is None:
+        return None
+    return (f"the golden {twin!r} differs from it only in case, and on a case-insensitive disk (macOS, Windows) both "
+            "are one file; give the two goldens names that differ otherwise")
 
 
 def _untracked_message(path: Any, manifest_path: Any) -> str:
