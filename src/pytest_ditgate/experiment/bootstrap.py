@@ -57,8 +57,13 @@ _leave(_pytest.main(_sys.argv[1:]))
 
 #: the judge: ``python -B -P -c JUDGE <root> <judge args>``
 JUDGE = SOURCE_ONLY + r'''
-from pytest_ditgate.experiment.judge import main as _main
-_leave(_main(_sys.argv[1:]))
+try:  # Ctrl-C while the judge still imports: one line, exit 130 (nothing is written before its run begins)
+    from pytest_ditgate.experiment.judge import main as _main
+    _code = _main(_sys.argv[1:])
+except KeyboardInterrupt:
+    print("ditgate: interrupted", file=_sys.stderr)
+    _code = 130
+_leave(_code)
 '''
 
 

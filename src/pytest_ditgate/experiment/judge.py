@@ -68,6 +68,9 @@ def main(argv: list[str]) -> int:
     except Refused as exc:
         print(f"ditgate: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except KeyboardInterrupt:  # reading the settings writes nothing
+        print(f"ditgate: {args.mode} of lane {args.lane!r} interrupted before it began", file=sys.stderr)
+        return 130
     try:
         return judge.baseline() if args.mode == "baseline" else judge.experiment()
     except KeyboardInterrupt:  # a baseline puts the tree back itself; an experiment records nothing unfinished
