@@ -48,6 +48,21 @@ def head(root: str | Path) -> str | None:
     return rev(root, "HEAD")
 
 
+def main_worktree(root: str | Path) -> Path | None:
+    """The main worktree's folder where ``root`` is in a linked one (``git worktree add``), else None: refs
+    are shared between worktrees, files outside git (such as ``.ditgate/``) are each worktree's own."""
+    try:
+        own = git(root, "rev-parse", "--path-format=absolute", "--git-dir", timeout=10).strip()
+        common = git(root, "rev-parse", "--path-format=absolute", "--git-common-dir", timeout=10).strip()
+        if os.path.realpath(own) == os.path.realpath(common):
+            return None
+        listing = git(root, "worktree", "list", "--porcelain", timeout=10)
+    except GitError:
+        return None
+    first = next((line[len("worktree "):] for line in listing.splitlines() if line.startswith("worktree ")), None)
+    return Path(first) if first else None
+
+
 def commit_id(root: str | Path | None = None) -> str | None:
     """The commit measured: ``$DITGATE_COMMIT`` when set, else the checked-out commit (with ``-dirty`` when
     the tree has changes), else None outside git."""

@@ -85,6 +85,12 @@ def read_history(root: Path, artefacts: Path, lane: str, *, genesis_hash: str | 
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
+        main = git.main_worktree(root)
+        if main is not None:
+            raise HistoryError(f"lane {lane!r}: its history {path} is not in this worktree: this is a linked git "
+                               f"worktree, whose {path.parent.parent.name}/ folder is its own, while the lane's "
+                               f"refs are shared; run ditgate experiment in the main worktree ({main}), where "
+                               "the history is") from None
         raise HistoryError(f"lane {lane!r}: its history {path} is missing (the tip ref names record "
                            f"{tip.get('seq')}); restore it, never start a fresh best") from None
     records = []
