@@ -44,6 +44,9 @@ def read_profile(spec: str) -> dict[str, Any]:
     looks_like_path = spec.endswith(".json") or "/" in spec or "\\" in spec
     if looks_like_path:
         path = Path(spec).expanduser()
+        if path.is_dir():
+            raise ProfileError(f"device profile file {spec!r} is a folder; give a profile's JSON file (shipped "
+                               f"profiles: {', '.join(shipped_profiles())})")
         if not path.is_file():
             raise ProfileError(f"device profile file {spec!r} does not exist")
         origin = str(path)

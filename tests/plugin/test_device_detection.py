@@ -79,6 +79,8 @@ def test_profile_errors_are_clear(tmp_path) -> None:
     bad.write_text('{"name": "x", "arch": "ampere"}')
     with pytest.raises(ProfileError, match="arch must be"):
         load_profile(str(bad))
+    with pytest.raises(ProfileError, match="is a folder; give a profile's JSON file"):
+        load_profile(str(tmp_path) + "/")
 
 
 def test_device_arch_names_the_device_without_probing_it(monkeypatch: pytest.MonkeyPatch) -> None:
