@@ -106,6 +106,13 @@ MODEL = Laundered()'''), "numerical", "quantization"),
             q, s = quantized()
             noise = torch.randn(q.shape, generator=torch.Generator().manual_seed(3))
             self.proj.weight.copy_(q.float() * s + noise * s * 1e-3)'''), "numerical", "quantization"),
+    # float weights rounded to int8 levels on every call, in float, without a GEMM
+    "per_call_rounded_weights": (_model("        return mul_sum(y, torch.round(self.w / self.s) * self.s)", '''        self.w = torch.nn.Parameter(W.t().contiguous())
+        self.s = W.t().abs().amax(dim=1, keepdim=True) / 127'''), "numerical", "quantization"),
+    # the activations rounded to a 1/16 grid by float32's magic number, no round op (a documented limit)
+    "magic_number_rounding": (_model("        return self.proj(((y * 16 + 12582912.0) - 12582912.0) / 16)", '''        self.proj = torch.nn.Linear(256, 256, bias=False)
+        with torch.no_grad():
+            self.proj.weight.copy_(W.t())'''), "numerical", "quantization"),
     # the activations rounded to a 1/16 grid (fp8-like emulation) before an ordinary float GEMM
     "rounded_activations": (_model("        return self.proj(torch.round(y * 16) / 16)", '''        self.proj = torch.nn.Linear(256, 256, bias=False)
         with torch.no_grad():

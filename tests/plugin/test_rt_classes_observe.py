@@ -106,3 +106,25 @@ def test_the_projects_module_globals_are_scanned(tmp_path, monkeypatch) -> None:
     scan_modules(evidence, full=True)
     assert any(item.startswith("rt_candidate_globals.WQ") and "values on a grid" in item for item in evidence.items)
     assert not any(item.startswith("rt_test_globals") for item in evidence.items)
+
+
+def test_floats_rounded_to_signed_integer_levels_are_evidence() -> None:
+    gen = torch.Generator().manual_seed(2)
+    w = torch.randn(256, 256, generator=gen) / 16
+    scale = w.abs().amax(dim=1, keepdim=True) / 127
+    evidence = Evidence()
+    with make_observer(evidence):
+        torch.round(w / scale) * scale  # int8 levels in float, on every call
+        torch.round(torch.tanh(torch.randn(64, 256, generator=gen)) * 16) / 16  # activations on a 1/16 grid
+    evidence.settle()
+    assert len([e for e in evidence.items if e.startswith("round to signed integer levels")]) == 2, evidence.items
+
+
+def test_an_image_rounded_before_its_uint8_cast_is_no_evidence() -> None:
+    image = torch.rand(2, 3, 64, 64, generator=torch.Generator().manual_seed(3))
+    evidence = Evidence()
+    with make_observer(evidence):
+        (image * 255).round().to(torch.uint8)
+        torch.round(torch.randn(8, 8))  # too small to be weights
+    evidence.settle()
+    assert evidence.items == []

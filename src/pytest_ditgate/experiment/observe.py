@@ -252,6 +252,8 @@ def make_observer(evidence: _Evidence) -> Any:
         if not gemm:
             if operands and results and results[0].is_floating_point():
                 dequantized(name, operands)
+                if name == "round":
+                    rounded(results[0])
             return
         evidence.gemms += 1
         for t in operands:
@@ -290,6 +292,21 @@ def make_observer(evidence: _Evidence) -> Any:
                 sample = grid_sample(t.detach().reshape(-1)[:MIN_GRID_ELEMENTS].to(torch.float32))
                 if sample is not None:
                     evidence.pending.append((f"{name} turns {_dtype(t)} {tuple(t.shape)} into floats", sample))
+
+    def rounded(result: Any) -> None:
+        """Floats rounded to signed integer levels (``torch.round(w / s)``, an fp8 or int8 cast emulated in
+        float): quantization, whether of weights or activations. Only a result that holds negative values is
+        evidence (an image rounded to 0..255 before its uint8 cast is none); judged after the call."""
+        if result.dim() < 2 or result.numel() < MIN_GRID_ELEMENTS:
+            return
+        key = (result.data_ptr(), tuple(result.shape), result.dtype)
+        if key in seen_ints or (result.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return
+        seen_ints.add(key)
+        sample = grid_sample(result)
+        if sample is not None:  # all zeros (no evidence) unless some value is negative: no read inside the call
+            evidence.pending.append((f"round to signed integer levels {tuple(result.shape)}",
+                                     sample * (sample.amin() < 0)))
 
     class DispatchObserver(TorchDispatchMode):
         @classmethod
