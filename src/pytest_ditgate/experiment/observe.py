@@ -159,6 +159,8 @@ class _Evidence:
         self.known: Any = weakref.WeakSet()
         #: the project's root (resolved): its own modules' globals are scanned too (None: not scanned)
         self.project: Any = None
+        #: module file -> whether it is one of the project's own (``scan_project_globals``)
+        self.project_files: dict[str, bool] = {}
         self.watching: list[Any] = []
 
     def add(self, text: str) -> None:
@@ -472,7 +474,12 @@ def scan_project_globals(evidence: _Evidence, torch: Any) -> None:
         return
     for name, module in list(sys.modules.items()):
         file = getattr(module, "__file__", None)
-        if not file or name.startswith("pytest_ditgate") or not _project_file(root, file):
+        if not file or name.startswith("pytest_ditgate"):
+            continue
+        mine = evidence.project_files.get(file)
+        if mine is None:  # resolved once per file: a few thousand modules, three full scans
+            mine = evidence.project_files[file] = _project_file(root, file)
+        if not mine:
             continue
         for key, value in list(vars(module).items()):
             if key.startswith("__"):
