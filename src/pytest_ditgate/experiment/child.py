@@ -26,8 +26,10 @@ from pytest_ditgate.report_properties import CLASS_EVIDENCE_PROPERTY, CONFIG_PRO
 
 
 class ChildRecorder:
-    def __init__(self, out: Path) -> None:
+    def __init__(self, out: Path, project: Path | None = None) -> None:
         self.out = out
+        #: the project's root: the observer scans its modules' globals too
+        self.project = project
         self.count = 0
         self.evidence: Any = None
         self.observer: Any = None
@@ -93,6 +95,7 @@ class ChildRecorder:
             return None
         if self.evidence is None:
             self.evidence = Evidence()
+            self.evidence.project = self.project
             watch_modules(self.evidence)
         self.observer = make_observer(self.evidence)
         self.observer.__enter__()
@@ -163,5 +166,5 @@ def _append(path: Path, record: dict[str, Any]) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     out = os.environ.get(OUT_ENV)
     if out and not hasattr(config, "workerinput"):
-        recorder = ChildRecorder(Path(out))
+        recorder = ChildRecorder(Path(out), Path(str(config.rootpath)).resolve())
         config.pluginmanager.register(recorder, "ditgate-child-recorder")

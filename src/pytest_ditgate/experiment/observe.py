@@ -23,6 +23,7 @@ A uint8/bool mask (values 0/1) or an integer index buffer is not quantization.
 from __future__ import annotations
 
 import gc
+import types
 import weakref
 from itertools import compress
 from typing import Any
@@ -39,6 +40,10 @@ CHUNK = 32
 #: weights smaller than this are not judged by their values (filters such as an 11x11 gaussian window
 #: repeat values by design; quantized weights worth the name are larger)
 MIN_GRID_ELEMENTS = 4096
+#: a gap below the span / this is not a level step (a dither on grid values, or repeats of one level)
+DITHER_SPAN = 1024
+#: how far (in steps) a value may sit from the grid: a dither of a tenth of a step does not hide it
+GRID_TOLERANCE = 0.1
 
 
 def _dtype(t: Any) -> str:
@@ -95,14 +100,45 @@ def _chunk_grid(row: Any) -> str | None:
         return None  # constants, zeros, one-hot: not evidence
     if len(values) <= CHUNK // 2:
         return f"{len(values)} distinct values in {CHUNK} (a low-bit codebook)"
-    step = min(b - a for a, b in zip(values, values[1:]))
     lo, hi = values[0], values[-1]
-    if step <= 0 or (hi - lo) / step > 256:
+    # gaps far below a step are a dither added to hide the grid (or one level's repeats): not the step
+    gaps = [g for g in (b - a for a, b in zip(values, values[1:])) if g > (hi - lo) / DITHER_SPAN]
+    if not gaps:
         return None
-    offsets = [(v - lo) / step for v in values]
-    if max(abs(o - round(o)) for o in offsets) < 0.02:
-        return f"values on a grid of {round((hi - lo) / step) + 1} levels"
+    least = min(gaps)
+    one_level = [g for g in gaps if g < 1.5 * least]  # the gaps of one level: their mean has less of the dither
+    for divisor in (1, 2, 3):  # the chunk's smallest level gap may span two or three levels
+        levels = _grid_levels(values, sum(one_level) / len(one_level) / divisor)
+        if levels:
+            return f"values on a grid of {levels} levels"
     return None
+
+
+def _grid_levels(values: list[float], step: float) -> int | None:
+    """How many levels a grid of about ``step`` through the sorted ``values`` spans, when every value sits
+    within ``GRID_TOLERANCE`` of a level (None otherwise). Each value's level is counted from its neighbour's
+    (a local gap carries little of the estimate's error), then the step and offset are fitted to all values:
+    a dithered grid of 180 levels defeats a step read off one gap, not a fitted one."""
+    if step <= 0 or (values[-1] - values[0]) / step > 256:
+        return None
+    level = [0]
+    for a, b in zip(values, values[1:]):
+        level.append(level[-1] + round((b - a) / step))
+    if level[-1] < 2 or level[-1] > 256:
+        return None
+    for _ in range(2):
+        mean_k, mean_v = sum(level) / len(level), sum(values) / len(values)
+        spread = sum((k - mean_k) ** 2 for k in level)
+        if spread <= 0:
+            return None
+        step = sum((k - mean_k) * (v - mean_v) for k, v in zip(level, values)) / spread
+        if step <= 0:
+            return None
+        offset = mean_v - step * mean_k
+        level = [round((v - offset) / step) for v in values]
+    if max(abs((v - offset) / step - k) for k, v in zip(level, values)) >= GRID_TOLERANCE:
+        return None
+    return max(level) - min(level) + 1
 
 
 class _Evidence:
@@ -121,6 +157,10 @@ class _Evidence:
         self.scan_s = 0.0
         #: every module a scan found or a registration hook saw since (``watch_modules``), weakly held
         self.known: Any = weakref.WeakSet()
+        #: the project's root (resolved): its own modules' globals are scanned too (None: not scanned)
+        self.project: Any = None
+        #: module file -> whether it is one of the project's own (``scan_project_globals``)
+        self.project_files: dict[str, bool] = {}
         self.watching: list[Any] = []
 
     def add(self, text: str) -> None:
@@ -212,6 +252,10 @@ def make_observer(evidence: _Evidence) -> Any:
             if t.dtype in low_float:
                 evidence.add(f"op {name} on a {_dtype(t)} tensor")
         if not gemm:
+            if operands and results and results[0].is_floating_point():
+                dequantized(name, operands)
+                if name == "round":
+                    rounded(results[0])
             return
         evidence.gemms += 1
         for t in operands:
@@ -232,6 +276,39 @@ def make_observer(evidence: _Evidence) -> Any:
         sample = grid_sample(weight)  # queued on the stream; read after the call (``Evidence.settle``)
         if sample is not None:
             evidence.pending.append((f"{name} weight {tuple(weight.shape)} {_dtype(weight)}", sample))
+
+    int8, uint8 = torch.int8, torch.uint8
+    seen_ints: set[tuple] = set()
+
+    def dequantized(name: str, operands: list[Any]) -> None:
+        """An int8 tensor (or a 2-D uint8 one: an image is not a weight) turned into floats by any op: a weight
+        dequantized on the fly, wherever the candidate kept it (a closure, a global, a list). Its values are
+        judged after the call: a 0/1 mask is no evidence."""
+        for t in operands:
+            if (t.dtype is int8 or (t.dtype is uint8 and t.dim() == 2)) and t.dim() >= 2 \
+                    and t.numel() >= MIN_GRID_ELEMENTS:
+                key = (t.data_ptr(), tuple(t.shape), t.dtype)
+                if key in seen_ints or (t.is_cuda and torch.cuda.is_current_stream_capturing()):
+                    continue
+                seen_ints.add(key)
+                sample = grid_sample(t.detach().reshape(-1)[:MIN_GRID_ELEMENTS].to(torch.float32))
+                if sample is not None:
+                    evidence.pending.append((f"{name} turns {_dtype(t)} {tuple(t.shape)} into floats", sample))
+
+    def rounded(result: Any) -> None:
+        """Floats rounded to signed integer levels (``torch.round(w / s)``, an fp8 or int8 cast emulated in
+        float): quantization, whether of weights or activations. Only a result that holds negative values is
+        evidence (an image rounded to 0..255 before its uint8 cast is none); judged after the call."""
+        if result.dim() < 2 or result.numel() < MIN_GRID_ELEMENTS:
+            return
+        key = (result.data_ptr(), tuple(result.shape), result.dtype)
+        if key in seen_ints or (result.is_cuda and torch.cuda.is_current_stream_capturing()):
+            return
+        seen_ints.add(key)
+        sample = grid_sample(result)
+        if sample is not None:  # all zeros (no evidence) unless some value is negative: no read inside the call
+            evidence.pending.append((f"round to signed integer levels {tuple(result.shape)}",
+                                     sample * (sample.amin() < 0)))
 
     class DispatchObserver(TorchDispatchMode):
         @classmethod
@@ -317,15 +394,111 @@ def scan_modules(evidence: _Evidence, *, full: bool = True) -> int:
                                                                           "auto_gptq", "awq", "torch.ao.nn.quantized")):
             evidence.add(f"module {qualified}")
         named = list(obj.named_parameters(recurse=False)) + list(obj.named_buffers(recurse=False))
-        named += [(k, v) for k, v in vars(obj).items() if isinstance(v, torch.Tensor) and not k.startswith("_")]
         for key, tensor in named:
-            if tensor is None or evidence.unchanged(tensor):
-                continue
-            _judge_tensor(evidence, f"{cls.__qualname__}.{key}", tensor)
-            evidence.remember(tensor)
+            _judge_value(evidence, f"{cls.__qualname__}.{key}", tensor, torch)
+        own = _module_own_attributes(torch)
+        for key, value in vars(obj).items():
+            if key not in own:  # an underscore name, a list or a numpy array holds weights as well as a buffer
+                _judge_value(evidence, f"{cls.__qualname__}.{key}", value, torch, containers=True)
+    if full:
+        scan_project_globals(evidence, torch)
     evidence.settle()
     evidence.scan_s += time.perf_counter() - started
     return count
+
+
+_OWN: list[frozenset[str]] = []
+
+
+def _module_own_attributes(torch: Any) -> frozenset[str]:
+    """The attributes every ``nn.Module`` has (its parameter, buffer and hook dictionaries): not scanned."""
+    if not _OWN:
+        _OWN.append(frozenset(vars(torch.nn.Module())) | {"training"})
+    return _OWN[0]
+
+
+#: how many items of a list, tuple or dict attribute are judged (weights in a container are few and large)
+CONTAINER_ITEMS = 64
+
+
+def _judge_value(evidence: _Evidence, where: str, value: Any, torch: Any, *, containers: bool = False) -> None:
+    """Judge a tensor, a numpy array, a long list of small ints, or (``containers``) the items of a list, tuple
+    or dict: wherever a candidate keeps its weights, beside or away from a module's parameters."""
+    if isinstance(value, torch.Tensor):
+        if not evidence.unchanged(value):
+            _judge_tensor(evidence, where, value)
+            evidence.remember(value)
+    elif type(value).__module__ == "numpy" and hasattr(value, "dtype") and getattr(value, "ndim", 0) >= 2:
+        _judge_array(evidence, where, value, torch)
+    elif isinstance(value, (list, tuple)) and len(value) >= MIN_GRID_ELEMENTS and all(
+            type(v) is int for v in value[:MIN_GRID_ELEMENTS]):
+        head = value[:MIN_GRID_ELEMENTS]
+        lo, hi = min(head), max(head)
+        if -128 <= lo and hi <= 255 and (lo < 0 or hi > 1):
+            evidence.add(f"{where} is a list of {len(value)} ints in [{lo}, {hi}] (low-bit weights)")
+    elif containers and isinstance(value, types.FunctionType):  # weights kept in a closure
+        for index, cell in enumerate(value.__closure__ or ()):
+            try:
+                content = cell.cell_contents
+            except ValueError:  # an empty cell
+                continue
+            _judge_value(evidence, f"{where} closure {index}", content, torch)
+    elif containers and isinstance(value, (list, tuple, dict)):
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for index, (key, item) in enumerate(items):
+            if index >= CONTAINER_ITEMS:
+                break
+            _judge_value(evidence, f"{where}[{key!r}]", item, torch)
+
+
+def _judge_array(evidence: _Evidence, where: str, array: Any, torch: Any) -> None:
+    """A numpy array as a tensor of its values (int8 values are quantized weights wherever they live)."""
+    if array.size < 64 or str(array.dtype) not in ("int8", "uint8", "int32", "float16", "float32", "float64") or (
+            str(array.dtype) == "uint8" and array.ndim != 2):  # an image (H, W, C) is not a weight
+        return
+    try:
+        tensor = torch.from_numpy(array.reshape(-1)[:1 << 16].copy()).reshape(1, -1)
+    except (TypeError, ValueError, RuntimeError):
+        return
+    _judge_tensor(evidence, f"{where} (a numpy array of shape {tuple(array.shape)})", tensor)
+
+
+def scan_project_globals(evidence: _Evidence, torch: Any) -> None:
+    """The module-level values of the project's own modules (``evidence.project``; not its tests, not the plugin,
+    not an environment inside it), and the closures of their functions: weights quantized at import time and
+    kept outside every ``nn.Module``."""
+    import sys
+
+    root = evidence.project
+    if root is None:
+        return
+    for name, module in list(sys.modules.items()):
+        file = getattr(module, "__file__", None)
+        if not file or name.startswith("pytest_ditgate"):
+            continue
+        mine = evidence.project_files.get(file)
+        if mine is None:  # resolved once per file: a few thousand modules, three full scans
+            mine = evidence.project_files[file] = _project_file(root, file)
+        if not mine:
+            continue
+        for key, value in list(vars(module).items()):
+            if key.startswith("__"):
+                continue
+            _judge_value(evidence, f"{name}.{key}", value, torch, containers=True)
+
+
+def _project_file(root: Any, file: str) -> bool:
+    """Whether ``file`` is one of the project's own modules (a test file or conftest aside)."""
+    from pathlib import Path
+
+    path = Path(file)
+    try:
+        parts = path.resolve().relative_to(root).parts
+    except (ValueError, OSError):
+        return False
+    if any(p.startswith(".") or p in ("site-packages", "__pycache__") for p in parts[:-1]):
+        return False
+    return not (path.name.startswith("test_") or path.name == "conftest.py")
 
 
 def _judge_tensor(evidence: _Evidence, where: str, tensor: Any) -> None:
