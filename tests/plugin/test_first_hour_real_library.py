@@ -442,4 +442,4 @@ def test_a_packages_setting_that_is_not_a_list_is_a_usage_error(pytester: pytest
     pytester.makepyfile(test_lib="def test_a(): pass")
     result = pytester.runpytest(*RUN)
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*[[]tool.ditgate[]] packages must be a list of non-empty strings, got 'liger-kernel'*"])
+    result.stderr.fnmatch_lines(["*[[]tool.ditgate[]] packages must be a list of distribution names as pip has them*, got 'liger-kernel'*"])
