@@ -108,6 +108,26 @@ def test_the_projects_module_globals_are_scanned(tmp_path, monkeypatch) -> None:
     assert not any(item.startswith("rt_test_globals") for item in evidence.items)
 
 
+def test_one_signed_tables_among_the_projects_globals_are_no_evidence(tmp_path, monkeypatch) -> None:
+    """A coordinate table or an image (k/255) kept by the project's own module is on a grid too, and no weight:
+    away from a module's parameters a grid counts only where it takes both signs. An int8 weight does."""
+    import numpy as np
+
+    q, scale = int8_weights()
+    module = types.ModuleType("rt_candidate_tables")
+    module.__file__ = str(tmp_path / "candidate" / "tables.py")
+    module.COORDS = np.mgrid[0:64, 0:64][1].astype(np.float32)
+    module.IMAGE = (np.random.default_rng(0).integers(0, 256, (64, 192)) / 255).astype(np.float32)
+    module.PIXELS = [torch.from_numpy(module.IMAGE)]
+    module.WQ = (q.float() * scale).numpy()
+    monkeypatch.setitem(sys.modules, "rt_candidate_tables", module)
+    evidence = Evidence()
+    evidence.project = tmp_path.resolve()
+    scan_modules(evidence, full=True)
+    found = [item for item in evidence.items if item.startswith("rt_candidate_tables")]
+    assert len(found) == 1 and found[0].startswith("rt_candidate_tables.WQ"), found
+
+
 def test_floats_rounded_to_signed_integer_levels_are_evidence() -> None:
     gen = torch.Generator().manual_seed(2)
     w = torch.randn(256, 256, generator=gen) / 16

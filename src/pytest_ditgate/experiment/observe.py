@@ -395,11 +395,12 @@ def scan_modules(evidence: _Evidence, *, full: bool = True) -> int:
             evidence.add(f"module {qualified}")
         named = list(obj.named_parameters(recurse=False)) + list(obj.named_buffers(recurse=False))
         for key, tensor in named:
-            _judge_value(evidence, f"{cls.__qualname__}.{key}", tensor, torch)
+            _judge_value(evidence, f"{cls.__qualname__}.{key}", tensor, torch, registered=True)
         own = _module_own_attributes(torch)
         for key, value in vars(obj).items():
             if key not in own:  # an underscore name, a list or a numpy array holds weights as well as a buffer
-                _judge_value(evidence, f"{cls.__qualname__}.{key}", value, torch, containers=True)
+                _judge_value(evidence, f"{cls.__qualname__}.{key}", value, torch, containers=True,
+                             registered=isinstance(value, torch.Tensor) and not key.startswith("_"))
     if full:
         scan_project_globals(evidence, torch)
     evidence.settle()
@@ -421,12 +422,15 @@ def _module_own_attributes(torch: Any) -> frozenset[str]:
 CONTAINER_ITEMS = 64
 
 
-def _judge_value(evidence: _Evidence, where: str, value: Any, torch: Any, *, containers: bool = False) -> None:
+def _judge_value(evidence: _Evidence, where: str, value: Any, torch: Any, *, containers: bool = False,
+                 registered: bool = False) -> None:
     """Judge a tensor, a numpy array, a long list of small ints, or (``containers``) the items of a list, tuple
-    or dict: wherever a candidate keeps its weights, beside or away from a module's parameters."""
+    or dict: wherever a candidate keeps its weights, beside or away from a module's parameters. Floats away from
+    a module's parameters, buffers and plain tensor attributes (not ``registered``) are a grid only where they
+    take both signs: a coordinate table or an image kept there (k/255) is on a grid too, and is no weight."""
     if isinstance(value, torch.Tensor):
         if not evidence.unchanged(value):
-            _judge_tensor(evidence, where, value)
+            _judge_tensor(evidence, where, value, signed_grid=not registered)
             evidence.remember(value)
     elif type(value).__module__ == "numpy" and hasattr(value, "dtype") and getattr(value, "ndim", 0) >= 2:
         _judge_array(evidence, where, value, torch)
@@ -460,7 +464,7 @@ def _judge_array(evidence: _Evidence, where: str, array: Any, torch: Any) -> Non
         tensor = torch.from_numpy(array.reshape(-1)[:1 << 16].copy()).reshape(1, -1)
     except (TypeError, ValueError, RuntimeError):
         return
-    _judge_tensor(evidence, f"{where} (a numpy array of shape {tuple(array.shape)})", tensor)
+    _judge_tensor(evidence, f"{where} (a numpy array of shape {tuple(array.shape)})", tensor, signed_grid=True)
 
 
 def scan_project_globals(evidence: _Evidence, torch: Any) -> None:
@@ -501,7 +505,9 @@ def _project_file(root: Any, file: str) -> bool:
     return not (path.name.startswith("test_") or path.name == "conftest.py")
 
 
-def _judge_tensor(evidence: _Evidence, where: str, tensor: Any) -> None:
+def _judge_tensor(evidence: _Evidence, where: str, tensor: Any, *, signed_grid: bool = False) -> None:
+    """Quantization evidence of one tensor: its type or dtype, 8-bit or packed values, or (queued) float values on
+    a grid; ``signed_grid``: a grid counts only where the sampled values take both signs."""
     dtype = _dtype(tensor)
     type_name = type(tensor).__name__
     if "Quantized" in type_name or "Affine" in type_name or "Float8" in type_name:
@@ -523,6 +529,8 @@ def _judge_tensor(evidence: _Evidence, where: str, tensor: Any) -> None:
     elif tensor.is_floating_point() and tensor.numel() >= 4 * CHUNK:
         sample = grid_sample(tensor)
         if sample is not None:
+            if signed_grid:  # no read inside a call: a one-signed sample becomes constants, which are no evidence
+                sample = sample * ((sample.amin() < 0) & (sample.amax() > 0))
             evidence.pending.append((f"{where} ({dtype}, shape {tuple(tensor.shape)})", sample))
 
 
