@@ -26,8 +26,10 @@ toward +inf): a shared value near a rounding tie rounds one way in the kernel an
 precision does not explain (a truncating cast's 0.5 ulp where the reference's run errs 0.05) is not excused.
 A region whose rows are each exactly one factor (or offset) from the correctly rounded reference, the rows' shifts
 going both ways, is excused too: one value per row rounded where the reference does not round it
-(:mod:`pytest_ditgate.correctness.shared_rounding`); and so is a block of rows leaning up to
-:data:`SHARED_SHIFT_ULP` where the output's rows lean both ways (values rounded per row, then more roundings).
+(:mod:`pytest_ditgate.correctness.shared_rounding`); and so is a block of rows (of columns) leaning up to
+:data:`SHARED_SHIFT_ULP` where the output's rows (columns) lean both ways (values rounded per row, a bias added
+per column after another rounding), and up to :data:`OFFSET_SHIFT_ULP` where the lean does not grow with the
+value as a scale's does.
 """
 
 from __future__ import annotations
@@ -76,6 +78,15 @@ EXCUSE_MARGIN_ULP = 0.05
 #: 0.78 ulp (measured, 64 rows of 4096); a truncating cast shifts every row the same way, and a row scaled by
 #: 1 % shifts it 1.3-2.6 ulps
 SHARED_SHIFT_ULP = 1.0
+#: and a block of rows or of columns, where the output's lines (rows or columns, as the block) lean both ways, up
+#: to this bias where its lean is the same in ulps across each binade rather than growing with the value (see
+#: :data:`SCALE_GROWTH`): a value shared by a column (a bias, a gate, a shift) added op by op in bf16 after another
+#: rounding shifts the column by that value's place between two bf16 values, and chained such steps reach 1.35 ulp
+#: (a DiT-XL block's next LayerNorm and modulation in bf16 on an H100)
+OFFSET_SHIFT_ULP = 2.0
+#: a lean is a scale's where its mean over the upper half of each binade (values 1.5-2 x a power of two) is at
+#: least this factor of its mean over the lower half (a scale of 1 % or more: 1.3-1.4; a shared value's rounding: 1.0)
+SCALE_GROWTH = 1.15
 #: (name, whether it is measured against the reference's sign, the deviation's sign that counts)
 DIRECTIONS = (("toward zero", True, -1), ("away from zero", True, 1), ("toward -inf", False, -1),
               ("toward +inf", False, 1))
@@ -262,6 +273,7 @@ def rounding_bias(candidate: torch.Tensor, reference: torch.Tensor,
         return None
     excuses: list[tuple[_Partition, _Sums]] | None = None
     rows: shared_rounding.Fit | None = None
+    spreads: _LazySpreads | None = None
     asked = False
     for index, (part, sums) in enumerate(measured):
         for region, way, bias, nearest in _failing(part, sums):
@@ -276,14 +288,69 @@ def rounding_bias(candidate: torch.Tensor, reference: torch.Tensor,
                     continue
             if rows is None:
                 rows = shared_rounding.fit(candidate, reference, [p for p, _ in measured], MAX_ERROR_ULP)
+                spreads = _LazySpreads(candidate, reference, rows.spread)
             if rows.excuses(index, region):
                 continue
-            if part.name == "rows" and rows.spread and bias - nearest <= SHARED_SHIFT_ULP:
+            if part.name != "output" and spreads is not None and _shared_shift(
+                    bias - nearest, lambda: spreads.get(part.name),
+                    lambda: _scale_like(candidate, reference, part, region, DIRECTIONS[way])):
                 continue
             return RoundingBias(DIRECTIONS[way][0], int(sums.judged[region]), int(sums.deviations[region]),
                                 int(sums.one_way[way, region]), bias, nearest, part.describe(region),
                                 excuse if excuse is not None and excuse >= MIN_BIAS_ULP / 2 else None, rows.note)
     return None
+
+
+def _shared_shift(excess: float, spread: Callable[[], bool], scale_like: Callable[[], bool]) -> bool:
+    """Whether a block of rows or columns leaning ``excess`` ulps beyond round-to-nearest's is the rounding of
+    values shared by its lines: the output's lines lean both ways, and the lean is at most
+    :data:`SHARED_SHIFT_ULP`, or at most :data:`OFFSET_SHIFT_ULP` and not a scale's."""
+    return excess <= OFFSET_SHIFT_ULP and spread() and (excess <= SHARED_SHIFT_ULP or not scale_like())
+
+
+class _LazySpreads:
+    """Whether the output's rows (known from the row fit) and its columns (measured when first asked) lean both
+    ways (:func:`shared_rounding.spread`)."""
+
+    def __init__(self, output: torch.Tensor, reference: torch.Tensor, rows: bool) -> None:
+        self._output, self._reference = output, reference
+        self._known = {"rows": rows}
+
+    def get(self, name: str) -> bool:
+        if name not in self._known:
+            width = self._output.shape[-1]
+            columns = (self._output.reshape(-1, width).t(), self._reference.reshape(-1, width).t())
+            self._known[name] = shared_rounding.spread(*columns, MAX_ERROR_ULP)
+        return self._known[name]
+
+
+def _scale_like(output: torch.Tensor, reference: torch.Tensor, part: _Partition, region: int,
+                direction: tuple[str, bool, int]) -> bool:
+    """Whether the region's lean grows with each element's place in its binade, as a scale's does (an error of
+    s x |value| is twice as many ulps at the top of a binade as at its bottom); a value shared by the line and
+    rounded on the way (a bias added in bf16 after the GEMM's own rounding) shifts every element of a binade by
+    the same number of ulps, wherever it sits."""
+    width = output.shape[-1]
+    first, last = region * part.block, (region + 1) * part.block
+    got2d, exact2d = output.reshape(-1, width), reference.reshape(-1, width)
+    got, exact = ((got2d[first:last], exact2d[first:last]) if part.name == "rows"
+                  else (got2d[:, first:last], exact2d[:, first:last]))
+    got, exact = got.to(torch.float64), exact.to(torch.float64).to(got.device)
+    dtype = output.dtype
+    info = torch.finfo(dtype)
+    size = exact.abs()
+    ulp = compare.spacing(size, dtype)
+    beyond = ((got - exact) - (exact.to(dtype).to(torch.float64) - exact)) / ulp
+    _, signed, way = direction
+    lean = beyond * way * (torch.sign(exact) if signed else 1)
+    keep = (torch.isfinite(exact) & torch.isfinite(got) & (size >= info.tiny) & (size <= info.max)
+            & ((got - exact).abs() <= MAX_ERROR_ULP * ulp))
+    place = size / torch.exp2(torch.floor(torch.log2(size.clamp(min=info.tiny))))  # in [1, 2)
+    low, high = keep & (place < 1.5), keep & (place >= 1.5)
+    if int(low.sum()) < MIN_DEVIATIONS or int(high.sum()) < MIN_DEVIATIONS:
+        return True  # too few to tell: judged as a scale
+    low_mean, high_mean = float(lean[low].mean()), float(lean[high].mean())
+    return high_mean >= SCALE_GROWTH * max(low_mean, 1e-9)
 
 
 def excess_bias(output: torch.Tensor | None, reference: torch.Tensor) -> float:

@@ -97,10 +97,31 @@ def fit(output: torch.Tensor, reference: torch.Tensor, partitions: list[Any], ma
         if shifted >= MIN_ROWS_FOR_SIGNS and max(up, down) >= (0.5 + 2 / math.sqrt(shifted)) * shifted:
             return Fit(judged, explained, False, f"{max(up, down)} of the {shifted} rows that one {name} each shifts "
                        "noticeably go the same way: a scale, not a value rounded per row (which errs either way)")
+    return Fit(judged, explained, True, spread=_spread(shifts))
+
+
+def spread(output: torch.Tensor, reference: torch.Tensor, max_error_ulp: float = 1.0) -> bool:
+    """Whether :data:`MIN_ROWS_FOR_SIGNS` or more rows of ``output`` (slices along its last dim; pass a
+    transposed view for columns) lean noticeably beyond round-to-nearest, both ways as a fair coin would: values
+    shared by a line, rounded, then used in more roundings (a bias or gate added op by op in bf16 shifts each
+    column by that value's place between two bf16 values, up or down)."""
+    width = output.shape[-1] if output.dim() else 1
+    rows = output.numel() // max(width, 1)
+    flat_out, flat_ref = output.detach().reshape(rows, width), reference.detach().reshape(rows, width)
+    step = max(1, compare.CHUNK // 4 // max(width, 1))
+    shifts = {"factor": [0, 0], "offset": [0, 0]}
+    for first in range(0, rows, step):
+        got = flat_out[first:first + step].to(torch.float64)
+        exact = flat_ref[first:first + step].to(torch.float64, copy=True).to(got.device)
+        _count_shifts(got, exact, _judged(got, exact, output.dtype, max_error_ulp), output.dtype, shifts)
+    return _spread(shifts)
+
+
+def _spread(shifts: dict[str, list[int]]) -> bool:
+    """Enough leaning rows, and neither kind of lean (factor, offset) nearly all one way."""
     leaning = sum(up + down for up, down in shifts.values())
-    spread = leaning >= MIN_ROWS_FOR_SIGNS and all(
+    return leaning >= MIN_ROWS_FOR_SIGNS and all(
         max(up, down) < (0.5 + 2 / math.sqrt(up + down)) * (up + down) for up, down in shifts.values() if up + down)
-    return Fit(judged, explained, True, spread=spread)
 
 
 def _count_shifts(got: torch.Tensor, exact: torch.Tensor, keep: torch.Tensor, dtype: torch.dtype,
