@@ -136,6 +136,20 @@ def cols_scaled(cols, factor):
     return kernel
 
 
+def linear(a, b, bias):
+    return a @ b + bias
+
+
+def gemm_then_bias(a, b, bias):                 # HONEST in bf16: the GEMM rounds, then the bias add rounds again
+    return (a @ b) + bias
+
+
+def gemm_then_bias_cols_scaled(a, b, bias):     # WRONG: columns 0-3 of the same output x1.01
+    out = ((a @ b) + bias).float()
+    out[:, :4] *= 1.01
+    return out.to(a.dtype)
+
+
 def bf16_weights(a, b):                         # WRONG: bf16 weights, fp32 activations
     return a @ b.bfloat16().float()
 
@@ -674,6 +688,8 @@ def cases() -> list[Case]:
         Case("fp32 bias+GELU fused, O(1) pre-activations", True, fused_bias_gelu, bias_gelu,
              gemm_bias_inputs(f32, scaled=True)),
         Case("bf16 bias+GELU fused, fp32 math", True, fused_bias_gelu, bias_gelu, gemm_bias_inputs(bf)),
+        Case("bf16 linear, GEMM then bias add (two roundings)", True, gemm_then_bias, linear,
+             gemm_bias_inputs(bf, m=1024)),
         Case("fp32 row sums of 4096, blocked, reverse order", True, row_sums_blocked, row_sums, row_inputs(f32)),
         Case("bf16 RMSNorm, empty batch", True, rmsnorm_fp32(), rmsnorm, rms_inputs(bf, rows=0)),
         Case("fp32 softmax over a dimension of 1", True, online_softmax, softmax, row_inputs(f32, d=1)),
@@ -723,6 +739,8 @@ def cases() -> list[Case]:
         Case("bf16 gemm x1.02 on 4 of 64 rows", False, rows_scaled([3, 17, 40, 63], 1.02), gemm, gemm_inputs(bf)),
         Case("bf16 gemm x1.01 on 4 of 64 columns", False, cols_scaled([0, 1, 2, 3], 1.01), gemm, gemm_inputs(bf)),
         Case("bf16 gemm x1.005 on 4 of 64 rows", False, rows_scaled([3, 17, 40, 63], 1.005), gemm, gemm_inputs(bf)),
+        Case("bf16 GEMM then bias, x1.01 on 4 of 128 columns", False, gemm_then_bias_cols_scaled, linear,
+             gemm_bias_inputs(bf, m=1024)),
         Case("fp32 gemm, bf16 weights", False, bf16_weights, gemm, gemm_inputs(f32)),
         Case("fp32 gemm, fp16-rounded operands", False, tf32_like, gemm, gemm_inputs(f32), expect="precision_downgrade"),
         Case("fp32 gemm, split-K 8 partials rounded to bf16", False, split_k(8, torch.bfloat16), gemm,
