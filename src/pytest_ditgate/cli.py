@@ -45,8 +45,11 @@ def artefact_dir(args: argparse.Namespace) -> "Path":
 
 def _doctor(args: argparse.Namespace) -> int:
     from pytest_ditgate.doctor import render_text, run_doctor
+    from pytest_ditgate.doctor_project import check_project
+    from pytest_ditgate.project_config import find_project_root
 
     report = run_doctor(target=args.target, artefact_dir=str(artefact_dir(args)), deep=args.deep)
+    report.add_project(check_project(find_project_root(), deep=args.deep))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     else:

@@ -37,10 +37,18 @@ class DoctorReport:
     workspaces: dict[str, str]
     problems: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    #: the project's settings (``doctor_project.ProjectReport``, a layer above: the command line adds it)
+    project: Any = None
 
     @property
     def ok(self) -> bool:
         return not self.problems
+
+    def add_project(self, project: Any) -> None:
+        """Add the project section: its problems and warnings become the report's."""
+        self.project = project
+        self.problems += project.problems
+        self.warnings += project.warnings
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -52,6 +60,7 @@ class DoctorReport:
             "workspaces": self.workspaces,
             "problems": self.problems,
             "warnings": self.warnings,
+            "project": self.project.to_dict() if self.project else None,
         }
 
 
@@ -176,6 +185,10 @@ def render_text(report: DoctorReport) -> str:
         need = "required" if entry["required"] else "optional"
         lines.append(f"  {dist:<18} {state:<22} {need}: {entry['purpose']}")
     lines += ["", "workspaces:"] + [f"  {name}: {path}" for name, path in report.workspaces.items()]
+    if report.project is not None:
+        project = report.project
+        lines += ["", f"project     {project.root}" + ("" if project.pyproject else " (no pyproject.toml: defaults)")]
+        lines += [f"  {line}" for line in project.checked]
     if report.warnings:
         lines += ["", "warnings:"] + [f"  - {w}" for w in report.warnings]
     if report.problems:

@@ -84,11 +84,14 @@ def torch_hub_checkpoints() -> Path:
     return Path(torch.hub.get_dir()) / "checkpoints"
 
 
-def lpips_files(setting: str | None) -> tuple[Path, Path]:
-    """The AlexNet backbone and LPIPS linear-layer files to use, or :class:`MissingWeights` saying how."""
-    import lpips
+def lpips_files(setting: str | None, package_dir: Path | None = None) -> tuple[Path, Path]:
+    """The AlexNet backbone and LPIPS linear-layer files to use, or :class:`MissingWeights` saying how.
+    ``package_dir``: the lpips package's folder, where the doctor located it without importing it."""
+    if package_dir is None:
+        import lpips
 
-    bundled = Path(lpips.__file__).parent / "weights" / "v0.1" / LPIPS_LINEAR_FILE
+        package_dir = Path(lpips.__file__).parent
+    bundled = package_dir / "weights" / "v0.1" / LPIPS_LINEAR_FILE
     hub = torch_hub_checkpoints()
     how = HOW_LPIPS.format(alex=ALEXNET_FILE, hub=hub / ALEXNET_FILE, lin=LPIPS_LINEAR_FILE)
     if setting:
