@@ -86,7 +86,7 @@ SHARED_SHIFT_ULP = 1.0
 OFFSET_SHIFT_ULP = 2.0
 #: a lean is a scale's where its mean over the upper half of each binade (values 1.5-2 x a power of two) is at
 #: least this factor of its mean over the lower half (a scale of 1 % or more: 1.3-1.4; a shared value's rounding: 1.0)
-SCALE_GROWTH = 1.15
+SCALE_GROWTH = 1.2
 #: (name, whether it is measured against the reference's sign, the deviation's sign that counts)
 DIRECTIONS = (("toward zero", True, -1), ("away from zero", True, 1), ("toward -inf", False, -1),
               ("toward +inf", False, 1))
