@@ -437,18 +437,24 @@ class Ran:
 
 
 def run_units(stage: gpu_record.Stage, units: list[str], arch: str, logs: Path, out: Path,
-              lane: gpu_lanes.Lane | None = None) -> Ran:
-    """Run ``units`` of ``stage`` recorded (on ``lane``'s GPU and cores, where the machine has several)."""
+              lane: gpu_lanes.Lane | None = None, estimates: dict[str, float] | None = None) -> Ran:
+    """Run ``units`` of ``stage`` recorded (on ``lane``'s GPU and cores, where the machine has several).
+    ``estimates``: each unit's expected seconds; a unit recorded only when it ends (a whole stage's, or the one
+    file of a test stage: the corpus's shards) starts only with that much of the call left, since a stop
+    before its end records nothing and spends the device time."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     where = f"[gpu_check{f' lane {lane.index}' if lane else ''}]"
 
-    def too_late(what: str) -> bool:
-        if gpu_stages.time_for(stage.limit_s)[0] >= MIN_STAGE_S:
+    def too_late(what: str, unit: str | None = None) -> bool:
+        need = MIN_STAGE_S if unit is None else max(MIN_STAGE_S, min((estimates or {}).get(unit, 0.0), stage.limit_s))
+        left = gpu_stages.time_for(stage.limit_s)[0]
+        if left >= need:
             return False
-        print(f"{where} {what}: not started, too little of the call is left; it stays in debt", flush=True)
+        print(f"{where} {what}: not started, too little of the call is left ({left:.0f} s for about {need:.0f} s); "
+              "it stays in debt", flush=True)
         return True
 
-    if too_late(stage.name):
+    if too_late(stage.name, units[0] if stage.kind == "tests" and len(units) == 1 else None):
         return Ran(stage, units, {}, [], 0.0, started)
     print(f"{where} {stage.name}: {len(units)} unit(s) ...", flush=True)
     if stage.kind == "tests":
@@ -456,8 +462,8 @@ def run_units(stage: gpu_record.Stage, units: list[str], arch: str, logs: Path, 
         results, wall = gpu_stages.run_tests(stage, units, logs, recorded)
         return Ran(stage, units, results, [(units, recorded.folder)], wall, started)
     results, recordings, wall = {}, [], 0.0  # a whole stage's units (its shards), one after the other
-    for index, unit in enumerate(units):
-        if index and too_late(unit):
+    for unit in units:
+        if too_late(unit, unit):
             break
         recorded = gpu_stages.Recorded(logs, unit, lane)
         result = gpu_stages.run_whole(stage, unit, arch, logs, out, recorded)
@@ -511,12 +517,14 @@ def merge_ran(record: dict[str, Any], ran: Ran, env: dict[str, Any], before: gpu
     return record
 
 
-def run_part(record: dict[str, Any], stage: gpu_record.Stage, units: list[str], env: dict[str, Any], logs: Path,
-             out: Path, reruns: dict[str, str]) -> dict[str, Any]:
-    """Run ``units`` of ``stage`` recorded, and merge a result per unit into ``record`` (one GPU)."""
+def run_part(record: dict[str, Any], part: Part, env: dict[str, Any], logs: Path, out: Path,
+             reruns: dict[str, str]) -> dict[str, Any]:
+    """Run the units of ``part`` recorded, and merge a result per unit into ``record`` (one GPU)."""
     before = tree_hashes(ROOT)
     graph = gpu_inputs.ImportGraph(ROOT)
-    return merge_ran(record, run_units(stage, units, env["arch"], logs, out), env, before, graph, reruns)
+    ran = run_units(part.stage, [u.unit for u in part.units], env["arch"], logs, out,
+                    estimates={u.unit: unit_seconds(u) for u in part.units})
+    return merge_ran(record, ran, env, before, graph, reruns)
 
 
 def run_on_lanes(record: dict[str, Any], call: list[list[Part]], lanes: list[gpu_lanes.Lane], env: dict[str, Any],
@@ -532,7 +540,8 @@ def run_on_lanes(record: dict[str, Any], call: list[list[Part]], lanes: list[gpu
     def run(lane: gpu_lanes.Lane, part: Part) -> Ran:
         folder = lane.folder(logs)
         folder.mkdir(parents=True, exist_ok=True)
-        return run_units(part.stage, [u.unit for u in part.units], env["arch"], folder, out, lane)
+        return run_units(part.stage, [u.unit for u in part.units], env["arch"], folder, out, lane,
+                         {u.unit: unit_seconds(u) for u in part.units})
 
     def done(part: Part, ran: Ran, lanes_beside: int) -> None:
         merged["record"] = save(merge_ran(merged["record"], ran, env, before, graph, reruns, lanes_beside))
@@ -626,8 +635,7 @@ def run_check(ns: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             if not part.units:
                 continue
             stopped = part.stage.name
-            record = save_record(run_part(record, part.stage, [u.unit for u in part.units], env, logs, out, reruns),
-                                 out_path)
+            record = save_record(run_part(record, part, env, logs, out, reruns), out_path)
             stopped = None
     except KeyboardInterrupt:  # the call's limit: what finished is saved; the stage that was running stays debt
         print(f"[gpu_check] stopped while {stopped or 'a stage'} ran: its units keep their earlier state",

@@ -649,6 +649,30 @@ def test_no_stage_starts_with_too_little_of_the_call_left(stand_in, capsys) -> N
     assert stand_in.gpu_check.gpu_stages.CALL_DEADLINE is None
 
 
+def test_a_unit_recorded_only_at_its_end_starts_only_with_its_time_left(gpu_check, gpu_record, gpu_stages,
+                                                                         monkeypatch, capsys, tmp_path: Path) -> None:
+    """The corpus is one file in shards, recorded only when all of them end: started with 85 s of a call left
+    for about 97 s of work (as on an H100), it was stopped with nothing recorded. A unit recorded at its end
+    starts only with its estimated time left; a test stage of many files starts with less (each file that ends
+    is recorded)."""
+    import time
+
+    ran = []
+    monkeypatch.setattr(gpu_stages, "run_tests", lambda stage, units, logs, recorded: (ran.append(list(units)) or {}, 0.0))
+    corpus = gpu_record.Stage("corpus", "tests", ("tests/gates/test_tolerance_corpus_gpu.py",), "pytest", 300, "rule")
+    monkeypatch.setattr(gpu_stages, "CALL_DEADLINE", time.monotonic() + gpu_stages.HARVEST_S + 85)
+    one = ["tests/gates/test_tolerance_corpus_gpu.py"]
+    done = gpu_check.run_units(corpus, one, "sm_90", tmp_path / "logs", tmp_path / "out", estimates={one[0]: 97.0})
+    assert ran == [] and done.results == {}
+    assert "not started, too little of the call is left (85 s for about 97 s)" in capsys.readouterr().out
+    gpu_check.run_units(corpus, one, "sm_90", tmp_path / "logs", tmp_path / "out", estimates={one[0]: 60.0})
+    many = ["tests/a.py", "tests/b.py"]
+    gpu_check.run_units(corpus, many, "sm_90", tmp_path / "logs", tmp_path / "out",
+                        estimates={"tests/a.py": 97.0, "tests/b.py": 97.0})
+    assert ran == [one, many]
+    monkeypatch.setattr(gpu_stages, "CALL_DEADLINE", None)
+
+
 def test_a_shard_is_not_started_once_too_little_of_the_call_is_left(gpu_check, gpu_record, gpu_stages, monkeypatch,
                                                                    tmp_path: Path) -> None:
     import time
