@@ -44,12 +44,21 @@ def artefact_dir(args: argparse.Namespace) -> "Path":
 
 
 def _doctor(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from pytest_ditgate.artefacts import resolve_artefact_dir
     from pytest_ditgate.doctor import render_text, run_doctor
     from pytest_ditgate.doctor_project import check_project
+    from pytest_ditgate.errors import DitgateUsageError
     from pytest_ditgate.project_config import find_project_root
 
-    report = run_doctor(target=args.target, artefact_dir=str(artefact_dir(args)), deep=args.deep)
-    report.add_project(check_project(find_project_root(), deep=args.deep))
+    root = find_project_root()
+    try:
+        folder = artefact_dir(args)
+    except DitgateUsageError:  # a bad [tool.ditgate]: the project section names every problem; the default folder
+        folder = resolve_artefact_dir(root, str(Path(args.dir).expanduser().absolute()) if args.dir else None)
+    report = run_doctor(target=args.target, artefact_dir=str(folder), deep=args.deep)
+    report.add_project(check_project(root, deep=args.deep))
     if args.json:
         print(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str))
     else:

@@ -85,12 +85,15 @@ def _check_lanes(report: ProjectReport, root: Path, table: dict[str, Any]) -> No
     lanes = table.get("lanes")
     if not isinstance(lanes, dict):
         return
-    for name in lanes:
+    for name, lane in lanes.items():
         report.lanes.append(name)
+        if not isinstance(lane, dict):
+            continue  # the settings' check names it
         try:
             spec = load_lane(table, name)
         except DitgateUsageError as exc:
-            report.problems.append(str(exc))
+            if not any(problem.endswith(str(exc)) for problem in report.problems):  # not the settings' check again
+                report.problems.append(str(exc))
             continue
         where = f"[tool.ditgate.lanes.{name}]"
         problems = missing_paths(root, list(spec.tests), f"{where} tests")

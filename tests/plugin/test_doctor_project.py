@@ -159,3 +159,18 @@ def test_a_project_without_settings_is_checked_against_the_packaged_contract(tmp
     assert report.pyproject is None and report.problems == []
     assert report.contract is not None and report.contract.endswith(".toml")
     assert any(line.startswith("quality contract") for line in report.checked)
+
+
+def test_a_table_that_fails_its_checks_still_gets_the_whole_report(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    """Every other ``ditgate`` command stops at a bad ``[tool.ditgate]`` (exit 4); the doctor reports it with the
+    rest, in the default artefact folder, each problem once."""
+    project(tmp_path, '[tool.pytest.ini_options]\n[tool.ditgate]\nmutable_paths = "kernels/"\n'
+                      '[tool.ditgate.lanes]\nfwd = 3\nbwd = { tests = "x.py" }\n')
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["doctor"]) == 1
+    out = capsys.readouterr().out
+    assert f"artefacts (--ditgate-dir / DITGATE_DIR): {tmp_path / '.ditgate'}" in out
+    assert "mutable_paths must be a list of non-empty strings, got 'kernels/'" in out
+    assert out.count("[tool.ditgate.lanes.bwd] tests must be a list of non-empty strings") == 1
+    assert "did you mean 'fwd'" not in out
