@@ -76,6 +76,16 @@ def _check_settings(report: ProjectReport, root: Path, table: dict[str, Any]) ->
             missing = missing_paths(root, entries, f"[tool.ditgate] {key}")
             report.problems += missing
             report.checked.append(f"{key}: {len(entries) - len(missing)} of {len(entries)} present")
+    packages = table.get("packages")
+    if isinstance(packages, list) and packages and all(isinstance(entry, str) and entry.strip() for entry in packages):
+        from pytest_ditgate.requirements import missing_packages
+
+        try:
+            unmet = missing_packages([entry.strip() for entry in packages])
+        except DitgateUsageError as exc:
+            unmet = [str(exc)]
+        report.problems += [f"[tool.ditgate] packages: {entry}: the library under test is not here" for entry in unmet]
+        report.checked.append(f"packages: {len(packages) - len(unmet)} of {len(packages)} installed as listed")
 
 
 def _check_lanes(report: ProjectReport, root: Path, table: dict[str, Any]) -> None:

@@ -174,3 +174,13 @@ def test_a_table_that_fails_its_checks_still_gets_the_whole_report(tmp_path: Pat
     assert "mutable_paths must be a list of non-empty strings, got 'kernels/'" in out
     assert out.count("[tool.ditgate.lanes.bwd] tests must be a list of non-empty strings") == 1
     assert "did you mean 'fwd'" not in out
+
+
+def test_the_libraries_under_test_must_be_installed_as_listed(tmp_path: Path) -> None:
+    root = project(tmp_path, '[tool.ditgate]\npackages = ["pytest>=1.0", "pytest<1.0", "no-such-dist-ditgate"]\n')
+    report = check_project(root)
+    assert "packages: 1 of 3 installed as listed" in report.checked
+    text = "\n".join(report.problems)
+    assert "packages: pytest<1.0 (found " in text
+    assert "packages: no-such-dist-ditgate (not installed)" in text
+    assert "pytest>=1.0" not in text
