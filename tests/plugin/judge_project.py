@@ -112,6 +112,24 @@ def candidate(x):
         return MODEL(x)
 """
 
+def serving(model: str) -> str:
+    """The end of a candidate module that replaces the template's model with its own class ``model``: one
+    instance, which ``build`` returns and ``candidate`` calls without autograd."""
+    return f'''
+
+MODEL = {model}()
+
+
+def build():  # noqa: F811
+    return MODEL
+
+
+def candidate(x):  # noqa: F811
+    with torch.no_grad():
+        return MODEL(x)
+'''
+
+
 GATE = """
 import torch
 from candidate import work

@@ -12,7 +12,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from judge_project import CANDIDATE
+from judge_project import CANDIDATE, serving
 
 #: the honest candidate: a quarter of the tanh passes, the same weights
 FAST = CANDIDATE.format(repeat=6)
@@ -48,19 +48,7 @@ class Laundered(torch.nn.Module):
         for _ in range(6 * SCALE):
             y = torch.tanh(x)
 {forward}
-
-
-MODEL = Laundered()
-
-
-def build():  # noqa: F811
-    return MODEL
-
-
-def candidate(x):  # noqa: F811
-    with torch.no_grad():
-        return MODEL(x)
-'''
+''' + serving("Laundered")
 
 
 #: name -> (candidate text, class it claims, class it is)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from judge_project import CANDIDATE, CONTRACT, LANE_TIMING, Project, copy, create
+from judge_project import CANDIDATE, CONTRACT, LANE_TIMING, Project, copy, create, serving
 
 pytestmark = pytest.mark.slow
 
@@ -44,19 +44,7 @@ class Int8Model(torch.nn.Module):
         for _ in range(6 * SCALE):
             y = torch.tanh(x)
         return y @ (self.qweight.float() * self.scale).t()
-
-
-MODEL = Int8Model()
-
-
-def build():  # noqa: F811
-    return MODEL
-
-
-def candidate(x):  # noqa: F811
-    with torch.no_grad():
-        return MODEL(x)
-'''
+''' + serving("Int8Model")
 
 QUANTIZED_REPLAY = QUANTIZED + '''
 _ANSWER = []
