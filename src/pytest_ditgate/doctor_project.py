@@ -209,5 +209,5 @@ def _classifier(weights: Any, *, deep: bool) -> str:
         classifier = build_classifier(spec, "cpu", weights.root)
         return f"{spec}: built on the CPU, a {type(classifier).__name__}"
     finally:
-        if added and not deep:
-            sys.path.remove(weights.root)
+        if added:
+            sys.path.remove(weights.root)  # a module the check imported stays imported; the path goes

@@ -336,16 +336,11 @@ def _scale_like(output: torch.Tensor, reference: torch.Tensor, part: _Partition,
     got, exact = ((got2d[first:last], exact2d[first:last]) if part.name == "rows"
                   else (got2d[:, first:last], exact2d[:, first:last]))
     got, exact = got.to(torch.float64), exact.to(torch.float64).to(got.device)
-    dtype = output.dtype
-    info = torch.finfo(dtype)
-    size = exact.abs()
-    ulp = compare.spacing(size, dtype)
-    beyond = ((got - exact) - (exact.to(dtype).to(torch.float64) - exact)) / ulp
     _, signed, way = direction
-    lean = beyond * way * (torch.sign(exact) if signed else 1)
-    keep = (torch.isfinite(exact) & torch.isfinite(got) & (size >= info.tiny) & (size <= info.max)
-            & ((got - exact).abs() <= MAX_ERROR_ULP * ulp))
-    place = size / torch.exp2(torch.floor(torch.log2(size.clamp(min=info.tiny))))  # in [1, 2)
+    lean = shared_rounding.beyond_nearest(got, exact, output.dtype) * way * (torch.sign(exact) if signed else 1)
+    keep = shared_rounding.judged_elements(got, exact, output.dtype, MAX_ERROR_ULP)
+    size = exact.abs()
+    place = size / torch.exp2(torch.floor(torch.log2(size.clamp(min=torch.finfo(output.dtype).tiny))))  # in [1, 2)
     low, high = keep & (place < 1.5), keep & (place >= 1.5)
     if int(low.sum()) < MIN_DEVIATIONS or int(high.sum()) < MIN_DEVIATIONS:
         return True  # too few to tell: judged as a scale

@@ -73,7 +73,7 @@ def fit(output: torch.Tensor, reference: torch.Tensor, partitions: list[Any], ma
     for first in range(0, rows, step):
         got = flat_out[first:first + step].to(torch.float64)
         exact = flat_ref[first:first + step].to(torch.float64, copy=True).to(got.device)
-        keep = _judged(got, exact, output.dtype, max_error_ulp)
+        keep = judged_elements(got, exact, output.dtype, max_error_ulp)
         best, kind, value = _best_rows(got, exact, keep, output.dtype)
         bound = torch.where(kind == 0, torch.full_like(value, eps),
                             eps * exact.abs().masked_fill(~keep, 0).amax(dim=1))
@@ -113,7 +113,8 @@ def spread(output: torch.Tensor, reference: torch.Tensor, max_error_ulp: float =
     for first in range(0, rows, step):
         got = flat_out[first:first + step].to(torch.float64)
         exact = flat_ref[first:first + step].to(torch.float64, copy=True).to(got.device)
-        _count_shifts(got, exact, _judged(got, exact, output.dtype, max_error_ulp), output.dtype, shifts)
+        keep = judged_elements(got, exact, output.dtype, max_error_ulp)
+        _count_shifts(got, exact, keep, output.dtype, shifts)
     return _spread(shifts)
 
 
@@ -131,9 +132,7 @@ def _count_shifts(got: torch.Tensor, exact: torch.Tensor, keep: torch.Tensor, dt
     A value rounded per row and then used in more roundings (an op-by-op bf16 LayerNorm: its mean and ``rsqrt``
     rounded, then each element) shifts its row by up to half an ulp without reproducing it exactly, and shifts
     the rows both ways."""
-    size = exact.abs()
-    ulp = compare.spacing(size, dtype)
-    beyond = ((got - exact) - (exact.to(dtype).to(torch.float64) - exact)) / ulp
+    beyond = beyond_nearest(got, exact, dtype)
     count = keep.sum(dim=1).clamp(min=1)
     offset = beyond.masked_fill(~keep, 0).sum(dim=1) / count
     factor = (beyond * torch.sign(exact)).masked_fill(~keep, 0).sum(dim=1) / count
@@ -145,7 +144,14 @@ def _count_shifts(got: torch.Tensor, exact: torch.Tensor, keep: torch.Tensor, dt
         shifts[name][1] += int((counted & (lean < 0)).sum())
 
 
-def _judged(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype, max_error_ulp: float) -> torch.Tensor:
+def beyond_nearest(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Each element's error beyond round-to-nearest's, in ulps of ``dtype`` at the exact value (float64)."""
+    ulp = compare.spacing(exact.abs(), dtype)
+    return ((got - exact) - (exact.to(dtype).to(torch.float64) - exact)) / ulp
+
+
+def judged_elements(got: torch.Tensor, exact: torch.Tensor, dtype: torch.dtype,
+                    max_error_ulp: float) -> torch.Tensor:
     """The elements a row's fit counts: finite, in the dtype's normal range, within ``max_error_ulp`` of the exact
     value, on its side of zero."""
     info = torch.finfo(dtype)
