@@ -152,20 +152,18 @@ def test_tampered_bytecode_of_a_fixed_module_never_runs(judged_no_op) -> None:
 
 @pytest.mark.slow
 def test_the_judge_does_not_slow_its_childs_timed_calls(judged_no_op) -> None:
-    """A no-op re-measured against the lane best reads about 1 with an interval far narrower than the fault's.
-    On two cores the judge's imports beside the child once made a third of the calls 4x slower: intervals
-    such as 0.19..0.92, and no-ops (an attack too) kept. An honest shared CI host has read intervals of
-    0.92..1.14 and 0.99..1.21 and point ratios of 1.13 and 1.15, and beside a full xdist run of the suite
-    more, so the bounds are those of a loaded host's noise (the ratio within 1.5x, the interval within 2x,
-    either way), not of a quiet machine's; the fault's intervals (0.19..0.92) still fall outside them. The
-    noise-keep rate itself is a benchmark's (benchmarks/noise_keeps.py), not this test's."""
+    """A no-op re-measured against the lane best is not kept and reads about 1. On two cores the judge's imports
+    beside the child once made a third of the calls 4x slower: intervals such as 0.19..0.92, and no-ops (an
+    attack too) kept. The interval's width is the host's noise: beside a full xdist run of the suite and other
+    work on two cores it has read 0.22..1.18 at a point ratio of 1.01, the verdict still 11. So this test holds
+    the verdict and the point ratio (within 1.5x either way); the noise-keep rate is a benchmark's
+    (benchmarks/noise_keeps.py), and the judge keeps off a busy child's cores by rule
+    (test_the_judge_works_beside_its_child_only_with_cores_to_spare)."""
     judged, result = judged_no_op
     assert result.returncode == 11, result.stdout[-4000:]
     remeasured = judged.verdict()["verdict"]["objective"]["vs_best"]
     ratio = float(remeasured.split(" = ")[1].split(" (CI")[0])
-    low, high = (float(v) for v in remeasured.split("(CI ")[1].split(",")[0].split(".."))
     assert 1 / 1.5 < ratio < 1.5, remeasured
-    assert 1 / 2 < low and high < 2, remeasured
 
 
 def test_the_judge_works_beside_its_child_only_with_cores_to_spare(monkeypatch: pytest.MonkeyPatch) -> None:
