@@ -155,7 +155,9 @@ def test_a_bf16_gradient_wrong_in_all_but_one_column_fails() -> None:
             check_kernel(ce_non_target_scaled(factor), ce_reference, _ce_inputs, trials=2, input_scales=())
         output = failure.value.report.trials[0].outputs[1]
         assert failure.value.reason == "mismatch" and output.failed_bounds == ("elementwise",)
-        assert output.rel_norm < 8e-3 and output.mismatches > 100_000  # under the norm bound, wrong everywhere
+        # under the norm bound, wrong everywhere (at 1.37 judged op by op, since torch's own bf16 cross entropy
+        # fails the fp32-accumulator bound: a third of the elements still exceed that wider allowance)
+        assert output.rel_norm < 8e-3 and output.mismatches > 50_000
         assert output.atol_used < 1e-6  # 1.6e-2 x the output's mean magnitude
 
 

@@ -39,6 +39,7 @@ the inputs (:mod:`pytest_ditgate.correctness.memory`).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -48,7 +49,7 @@ import torch
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
 from pytest_ditgate.correctness import (aliasing, compare, conditioning, honest, memory, poison, rounding, scales,
-                                        storage, switches)
+                                        stepwise, storage, switches)
 from pytest_ditgate.correctness.precision_probe import Probe
 from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
@@ -319,7 +320,9 @@ class _Run:
             estimate.get()
         if scale is not None:
             self._skip_overflowing_outputs(trial, ref_out)
-        conditioned = _Lazy(lambda: self._conditioning(pristine, ref_out))
+        conditioned = _Conditionings(lambda roundoff=None: self._conditioning(pristine, ref_out, roundoff),
+                                     lambda: stepwise.roundoff([t.dtype for _, t in named_call_tensors(*pristine)]
+                                                               + list(self.expected_dtypes or [])))
         self.phase = f"while judging the outputs of {self._where(trial)}"
         try:
             self._judge(trial, first, second, ref_out, estimate, conditioned)
@@ -633,21 +636,28 @@ class _Run:
         floating = sum(t.numel() for _, t in named_call_tensors(*pristine) if t.is_floating_point())
         return _Estimate(same, magnitude, tuple(notes), floating)
 
-    def _conditioning(self, pristine: tuple, ref_out: _Outputs) -> conditioning.Conditioning:
+    def _conditioning(self, pristine: tuple, ref_out: _Outputs, stepwise_roundoff: float | None = None
+                      ) -> conditioning.Conditioning:
         """Each output's rel-norm error with roundings simulated in the reference (Monte Carlo arithmetic),
-        at the accumulator's unit roundoff (fp32's unless every output is float64)."""
+        at the accumulator's unit roundoff (fp32's unless every output is float64), or op by op at
+        ``stepwise_roundoff`` (:mod:`stepwise`: the results of the ops only, since the inputs are exact)."""
         if self.reference_dtype is None:
             return conditioning.Conditioning()
         named = ref_out.named()
         dtypes = self.expected_dtypes or [t.dtype for _, t in named]
-        roundoff = max((accumulation_roundoff(d) for d in dtypes if d.is_floating_point or d.is_complex),
-                       default=accumulation_roundoff(torch.float32))
+        roundoff = stepwise_roundoff
+        if roundoff is None:
+            roundoff = max((accumulation_roundoff(d) for d in dtypes if d.is_floating_point or d.is_complex),
+                           default=accumulation_roundoff(torch.float32))
 
         def run(mode: Any) -> list[tuple[str, torch.Tensor]]:
-            return self._call_reference(pristine, self.upcast_dtype, None, transform=mode.perturb, mode=mode).named()
+            # op by op at half precision the inputs are exact (they are of that dtype); only the results round
+            transform = mode.perturb if stepwise_roundoff is None else None
+            return self._call_reference(pristine, self.upcast_dtype, None, transform=transform, mode=mode).named()
 
         try:
-            return conditioning.measure(run, dict(named), roundoff=roundoff, seed=self.seed)
+            return conditioning.measure(run, dict(named), roundoff=roundoff, seed=self.seed,
+                                        signs=stepwise_roundoff is not None)
         except (GateFailure, DitgateUsageError):
             raise
         except Exception as exc:  # noqa: BLE001 - the estimate does without it (out of memory included)
@@ -839,7 +849,17 @@ class _Run:
             return result
         bound = honest.estimate(ref, same.get(name), magnitude.get(name), notes=runs.notes + tuple(measured.notes),
                                 conditioning=measured.relative[name], **settings)
-        return compare.compare_output(name, cand, ref, tol, bound, local, measured.elementwise.get(name))
+        result = compare.compare_output(name, cand, ref, tol, bound, local, measured.elementwise.get(name))
+        if result.passed or name not in same:
+            return result
+        lifted, refused = stepwise.judge(name, cand, ref, same[name], tol, local, measured, conditioned.stepwise(),
+                                         lambda op_by_op: honest.estimate(ref, same.get(name), magnitude.get(name),
+                                                                          notes=runs.notes + tuple(measured.notes),
+                                                                          conditioning=measured.relative[name],
+                                                                          op_by_op=op_by_op, **settings))
+        if refused is not None:
+            result.honest = dataclasses.replace(result.honest, notes=result.honest.notes + (refused,))
+        return lifted or result
 
     def _equal_earlier_output(self, name: str, cand: torch.Tensor) -> int | None:
         mark = compare.fingerprint(cand)
@@ -915,6 +935,23 @@ class _Lazy:
         if not self._made:
             self._value, self._made = self._make(), True
         return self._value
+
+
+class _Conditionings:
+    """One trial's conditioning runs, each made on first use: at the accumulator's roundoff (:meth:`get`), and
+    op by op at the inputs' and outputs' half precision (:meth:`stepwise`, None where there is none)."""
+
+    def __init__(self, measure: Callable[..., Any], stepwise_roundoff: Callable[[], float | None]) -> None:
+        self._accumulator = _Lazy(measure)
+        self._stepwise = _Lazy(lambda: None if (roundoff := stepwise_roundoff()) is None else
+                               (roundoff, measure(roundoff)))
+
+    def get(self) -> Any:
+        return self._accumulator.get()
+
+    def stepwise(self) -> Any:
+        """``(roundoff, Conditioning)`` op by op at half precision, or None."""
+        return self._stepwise.get()
 
 
 class _Estimate:

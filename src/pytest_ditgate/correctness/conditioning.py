@@ -69,7 +69,9 @@ _CONTRACTIONS = frozenset({"mm", "bmm", "addmm", "baddbmm", "addbmm", "mv", "add
 
 class RoundingNoise(TorchDispatchMode):
     """While active, each floating result of a rounding op that does not alias its inputs is multiplied by
-    ``1 + roundoff * xi`` (``xi`` uniform in [-1, 1], per element, from a seeded generator per device). With
+    ``1 + roundoff * xi`` (``xi`` uniform in [-1, 1], per element, from a seeded generator per device; with
+    ``signs``, ``xi`` is -1 or 1: every rounding as large as it gets, so that an element's error over a few runs
+    does not depend on how small its draws happened to be). With
     ``contractions``, a contraction's result also moves by ``roundoff * (the op on |inputs|) * sqrt(3) * xi``: the
     error of its sum of products, with an RMS of one ``roundoff`` per unit of its terms' size. ``contracted``
     tells whether a contraction ran."""
@@ -78,9 +80,9 @@ class RoundingNoise(TorchDispatchMode):
     def ignore_compile_internals(cls) -> bool:
         return True
 
-    def __init__(self, roundoff: float, seed: int, contractions: bool = False) -> None:
+    def __init__(self, roundoff: float, seed: int, contractions: bool = False, signs: bool = False) -> None:
         super().__init__()
-        self.roundoff, self.seed, self.contractions = roundoff, seed, contractions
+        self.roundoff, self.seed, self.contractions, self.signs = roundoff, seed, contractions, signs
         self.contracted = False
         self.generators: dict[torch.device, torch.Generator] = {}
 
@@ -96,7 +98,8 @@ class RoundingNoise(TorchDispatchMode):
         if generator is None:
             generator = self.generators[tensor.device] = torch.Generator(tensor.device).manual_seed(self.seed)
         real = torch.float64 if tensor.dtype in (torch.float64, torch.complex128) else torch.float32
-        return torch.rand(tensor.shape, dtype=real, device=tensor.device, generator=generator) * 2 - 1
+        uniform = torch.rand(tensor.shape, dtype=real, device=tensor.device, generator=generator) * 2 - 1
+        return uniform.sign_() if self.signs else uniform
 
     def _noise(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor * (1 + self.roundoff * self._xi(tensor)).to(tensor.dtype)
@@ -157,30 +160,32 @@ class Conditioning:
 
 
 def measure(run: Callable[[Any], list[tuple[str, torch.Tensor]]], reference: dict[str, torch.Tensor], *,
-            roundoff: float, seed: int, runs: int = RUNS) -> Conditioning:
+            roundoff: float, seed: int, runs: int = RUNS, signs: bool = False) -> Conditioning:
     """Each output's error when ``run(mode)`` (the reference on float64 copies under the dispatch ``mode``,
     returning its named outputs) runs ``runs`` times with a :class:`RoundingNoise`, against ``reference``
     (name -> the float64 output): the RMS of its rel-norm error, and of each element's (an element's own
     conditioning: where a few rows cancel, the norm is the others'). Where the reference contracts, each
     element's error is the larger of that and its RMS over ``runs`` more runs with the contractions' errors
-    (the module's docstring says why only the elements')."""
-    result, contracted = _runs(run, reference, roundoff=roundoff, seed=seed, runs=runs, contractions=False)
+    (the module's docstring says why only the elements'). ``signs``: every rounding at its full size
+    (:class:`RoundingNoise`)."""
+    result, contracted = _runs(run, reference, roundoff=roundoff, seed=seed, runs=runs, contractions=False,
+                               signs=signs)
     if contracted and result.elementwise:
         wider, _ = _runs(run, {name: reference[name] for name in result.elementwise}, roundoff=roundoff,
-                         seed=seed + 7919, runs=runs, contractions=True)
+                         seed=seed + 7919, runs=runs, contractions=True, signs=signs)
         for name, spread in wider.elementwise.items():
             torch.maximum(result.elementwise[name], spread, out=result.elementwise[name])
     return result
 
 
 def _runs(run: Callable[[Any], list[tuple[str, torch.Tensor]]], reference: dict[str, torch.Tensor], *,
-          roundoff: float, seed: int, runs: int, contractions: bool) -> tuple[Conditioning, bool]:
+          roundoff: float, seed: int, runs: int, contractions: bool, signs: bool = False) -> tuple[Conditioning, bool]:
     """:func:`measure`'s runs under one noise model; also whether a contraction ran."""
     squares: dict[str, list[float]] = {name: [] for name in reference}
     spread: dict[str, torch.Tensor] = {}
     contracted = False
     for index in range(runs):
-        mode = RoundingNoise(roundoff, seed * 1000 + index, contractions=contractions)
+        mode = RoundingNoise(roundoff, seed * 1000 + index, contractions=contractions, signs=signs)
         with _math_attention():  # fused attention hides its GEMMs and softmax from the mode: run them as ops
             outputs = dict(run(mode))
         contracted = contracted or mode.contracted

@@ -23,7 +23,8 @@ from pytest_ditgate.correctness.tolerances import HonestRule
 def estimate(reference: torch.Tensor, same: torch.Tensor | None, magnitude: torch.Tensor | None, *,
              table: float, roundoff: float, ceiling: float, rule: HonestRule | None = None,
              notes: tuple[str, ...] = (), inputs_per_output: float | None = None,
-             conditioning: float | None = None, output_dtype: torch.dtype | None = None) -> HonestBound:
+             conditioning: float | None = None, output_dtype: torch.dtype | None = None,
+             op_by_op: str | None = None) -> HonestBound:
     """The relative-norm bound for one output: the table's, widened to the honest-error estimate, capped.
 
     ``same`` is the reference's output at the candidate's precision, ``magnitude`` its output on
@@ -33,7 +34,9 @@ def estimate(reference: torch.Tensor, same: torch.Tensor | None, magnitude: torc
     candidate returns (the reference rounded to it is the best any kernel can do). A degenerate run
     (non-finite where the reference is finite, wrong shape) is not used and says so; a reference that is zero
     everywhere leaves the table's bound. The ceiling caps the estimate; the conditioning and the output's
-    representability lift it, since no kernel at that precision does better.
+    representability lift it, since no kernel at that precision does better. ``op_by_op`` (a half-precision
+    dtype's name) says the reference's own run at that precision fails the bound (:mod:`stepwise`): then its
+    term lifts the ceiling too, since the reference's own arithmetic at the candidate's precision is honest.
     """
     rule = rule if rule is not None else tolerances.HONEST_RULE
     notes = list(notes)
@@ -42,7 +45,7 @@ def estimate(reference: torch.Tensor, same: torch.Tensor | None, magnitude: torc
     if ref_norm == 0:
         if same is not None or magnitude is not None:
             notes.append("reference is zero everywhere: no relative estimate")
-        conditioning = None
+        conditioning = op_by_op = None
     else:
         same_rel = _relative(same, reference, ref_norm, "same-precision", notes)
         size = _relative(magnitude, reference, ref_norm, "|inputs|", notes, absolute=True)
@@ -61,13 +64,14 @@ def estimate(reference: torch.Tensor, same: torch.Tensor | None, magnitude: torc
         length_rel = roundoff * math.sqrt(inputs_per_output)
         widened.append(("length", rule.length * length_rel))
     cap = max(ceiling, table, *(rule.conditioning * v for v in (conditioning,) if v is not None),
+              *(rule.same_precision * v for v in (same_rel,) if v is not None and op_by_op is not None),
               *(rule.representable * v for v in (representable,) if v is not None))
     source, bound = max(widened, key=lambda item: item[1])
     if bound > cap:
         source, bound = "ceiling", cap
     return HonestBound(table=table, same_precision=same_rel, magnitude=magnitude_rel, length=length_rel, bound=bound,
                        source=source, rule=rule, notes=tuple(notes), conditioning=conditioning,
-                       representable=representable, ceiling=max(ceiling, table), cap=cap)
+                       representable=representable, ceiling=max(ceiling, table), cap=cap, op_by_op=op_by_op)
 
 
 def _relative(other: torch.Tensor | None, reference: torch.Tensor, ref_norm: float, what: str, notes: list[str], *,

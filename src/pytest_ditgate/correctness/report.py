@@ -47,7 +47,8 @@ class HonestBound:
     other terms leave the candidate failing); ``representable``: rel-norm error of the reference rounded to
     the output's dtype; None when not run or not usable (``notes`` says why). ``bound`` is the largest of the
     table's ``rel_norm`` and the factored estimates, capped at ``cap``: the dtype's ``ceiling``, lifted by
-    the conditioning and representable terms; ``source`` names which one it is.
+    the conditioning and representable terms, and by the same-precision term where the reference's own run at
+    the candidate's half precision fails the bound (``op_by_op``: that dtype); ``source`` names which one it is.
     """
 
     table: float
@@ -62,6 +63,7 @@ class HonestBound:
     representable: float | None = None
     ceiling: float | None = None
     cap: float | None = None
+    op_by_op: str | None = None  # the half-precision dtype the reference's own run fails the bound at (stepwise)
 
     @classmethod
     def table_only(cls, table: float, *notes: str) -> "HonestBound":
@@ -83,6 +85,8 @@ class HonestBound:
         text = f"rel-norm bound {self.bound:.2e} from the {self.source} (honest-error estimate: {'; '.join(parts)})"
         if self.cap is not None and self.ceiling is not None and self.cap > self.ceiling:
             text += f"; ceiling {self.ceiling:.1e} lifted to {self.cap:.2e} by the output's conditioning"
+            if self.op_by_op is not None:
+                text += " or the reference's own run in " + self.op_by_op
         return text + "".join(f"; {note}" for note in self.notes)
 
 
@@ -121,6 +125,9 @@ class OutputComparison:
         atol = "" if self.atol_used is None else f"; atol applied {self.atol_used:.3g}"
         own = (f", or {self.honest.rule.conditioning:g} x the element's simulated rounding error"
                if self.conditioned and self.honest is not None else "")
+        if own and self.honest.op_by_op is not None:
+            own += (f" (with every intermediate rounded to {self.honest.op_by_op}, as op-by-op {self.honest.op_by_op} "
+                    f"math does: the reference's own {self.honest.op_by_op} run fails the fp32-accumulator bound)")
         return f"scale)){own}; scale {scale}{atol}"
 
     @property
