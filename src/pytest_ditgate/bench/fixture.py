@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from pytest_ditgate.arguments import describe
-from pytest_ditgate.bench.agreement import AGREED, agree, check_outputs
+from pytest_ditgate.bench.agreement import AGREED, agree, judge
 from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.bench.runner import check_pair, measure, measure_pair
@@ -136,12 +136,11 @@ class DitBench:
         return merged
 
     def _profiles(self, wanted: bool, sides: list[tuple[Callable[..., Any], Measurement, Callable[..., Any] | None]],
-                  args: tuple[Any, ...], opts: dict[str, Any], knobs: frozenset[str]) -> list[dict[str, Any]]:
+                  args: tuple[Any, ...], fn_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """The phase profile of each (function, its measurement, its eager twin) side, run on the measured
         arguments; the timed median goes along, for idle against the untraced time."""
         if not wanted or self.profiler is None:
             return []
-        fn_kwargs = {k: v for k, v in opts.items() if k not in knobs}
         return [self.profiler(Call(fn, args, fn_kwargs), m.name, m.median_ms,
                               None if eager is None else Call(eager, args, fn_kwargs)) for fn, m, eager in sides]
 
@@ -157,7 +156,8 @@ class DitBench:
         opts.setdefault("label", self.test.rsplit("::", 1)[-1])
         m = measure(fn, *args, **opts)
         self.measurements.append(m)
-        self.record_measurement(m, self._profiles(profile, [(fn, m, eager)], args, opts, MEASURE_KNOBS))
+        fn_kwargs = {k: v for k, v in opts.items() if k not in MEASURE_KNOBS}
+        self.record_measurement(m, self._profiles(profile, [(fn, m, eager)], args, fn_kwargs))
         self._feed(m)
         return m
 
@@ -176,8 +176,14 @@ class DitBench:
         candidate's timed calls is audited (:mod:`pytest_ditgate.bench.audit`): ``output_audit``,
         ``stale_output``, ``input_mutated``, ``torch_tampered``; a timing function replaced before the pair is
         ``timer_tampered`` at once, one replaced while it runs ``timer_tampered`` after timing. Outputs that are
-        not tensors are not compared, and the record says so. ``verify=False`` skips the agreement check and
-        the output audits, for two functions not meant to agree.
+        not tensors are not compared, and the record says so; two functions that return None compare nothing
+        unless the arguments they write are declared (a usage error otherwise). ``verify=False`` skips the
+        agreement check and the output audits, for two functions not meant to agree.
+
+        ``out_args``, ``inout_args``, ``scratch_args`` (positions or keyword names, as for ``check_kernel``;
+        never passed to the functions): the arguments the functions write. Out and in-out arguments are compared
+        after the call, by the agreement check and in the audited calls; scratch is not compared; none of their
+        writes is ``input_mutated`` (:mod:`pytest_ditgate.bench.declared`).
 
         ``beat_best=True`` also requires the CI bound to beat the best ratio recorded for this test, arch
         and lane (same driver and torch) in the ledger. For ``--benchmark-json`` the candidate's samples
@@ -195,24 +201,24 @@ class DitBench:
         profile = bool(opts.pop("profile", self.profile))
         candidate_eager, reference_eager = _eager_twins(opts.pop("profile_eager", None), 2)
         fn_kwargs = {k: v for k, v in opts.items() if k not in PAIR_KNOBS}
-        check_pair(candidate, reference, **{k: v for k, v in opts.items() if k in PAIR_KNOBS})
+        _, declared = check_pair(candidate, reference, **{k: v for k, v in opts.items() if k in PAIR_KNOBS})
+        declared.check(args, fn_kwargs, "ditbench.pair")
         refuse_tampered_before("ditbench.pair")
         from pytest_ditgate.bench.audit import Audit
         from pytest_ditgate.bench.torch_state import TorchState
 
         torch_state = TorchState()  # before anything of the pair runs: the agreement check may change torch too
-        if self.hook is not None:
-            self.hook.pytest_ditgate_before_pair(candidate=candidate, args=args, kwargs=fn_kwargs)
-        outputs = agree(candidate, reference, args, fn_kwargs) if verify else "not compared (verify=False)"
-
-        def judge(output: Any, call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
-            check_outputs(lambda *_, **__: output, reference, call_args, call_kwargs, probe=False,
-                          label="ditbench.pair output audit")
-
+        if self.hook is not None:  # the pair's own arguments stay as they are: the declared ones are copied
+            hook_args, hook_kwargs = declared.copies(args, fn_kwargs)
+            self.hook.pytest_ditgate_before_pair(candidate=candidate, args=hook_args, kwargs=hook_kwargs)
+        outputs = agree(candidate, reference, args, fn_kwargs, declared) if verify else "not compared (verify=False)"
         c = measure_pair(candidate, reference, *args, **opts,
-                         _audit=Audit(judge if outputs == AGREED else None, torch_state))
-        c = dataclasses.replace(c, checks={"outputs": outputs, "audited_calls": c.a.extra.get("audited_calls"),
-                                           "inputs": c.a.extra.get("inputs")})
+                         _audit=Audit(judge(reference, declared) if outputs == AGREED else None, torch_state))
+        checks = {"outputs": outputs, "audited_calls": c.a.extra.get("audited_calls"),
+                  "inputs": c.a.extra.get("inputs")}
+        if declared:
+            checks["written"] = declared.describe()
+        c = dataclasses.replace(c, checks=checks)
         self.comparisons.append(c)
         passed = None if min_speedup is None else c.faster_by_at_least(min_speedup)
         problem = None
@@ -228,7 +234,7 @@ class DitBench:
                 problem = (f"candidate does not beat the recorded best ratio {float(best['ratio']):.4f} "
                            f"(recorded {best.get('comparison', {}).get('a', {}).get('time_utc', '?')}): {c.describe()}")
         profiles = self._profiles(profile, [(candidate, c.a, candidate_eager), (reference, c.b, reference_eager)],
-                                  args, opts, PAIR_KNOBS)
+                                  *(declared.copies(args, fn_kwargs) if profile else (args, fn_kwargs)))
         self.record_comparison(c, min_speedup, passed, profiles)
         from pytest_ditgate.bench.pytest_benchmark_bridge import pair_info
 
