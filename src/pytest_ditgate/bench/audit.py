@@ -20,6 +20,12 @@ candidate that is honest while checked and cheats afterwards is caught here, whi
   (``input_mutated``), and each audited output against the reference on that call's own inputs
   (``output_audit``, by the ``judge`` that ``ditbench.pair`` passes: its agreement check).
 
+Arguments the pair declares written (:mod:`pytest_ditgate.bench.declared`) are the functions' to write: an out or
+in-out argument is part of what the call produced (copied as it returns, checked for ``stale_output``, judged
+with the return value), a scratch argument is neither compared nor a mutation; a write into any other argument is
+``input_mutated``. Where a latency batch reuses copies, the batch's last call, the one audited, gets its own, so
+that its in-out arguments start from the pair's values.
+
 Nothing here runs inside a timed window. A pair with no audited call (rare with few rounds) gets one extra,
 untimed call that is audited.
 
@@ -39,9 +45,9 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from pytest_ditgate.arguments import callable_name
+from pytest_ditgate.bench.declared import Declared, Result
 from pytest_ditgate.bench.fresh_inputs import Change, FreshInputs, same_bits
 from pytest_ditgate.bench.timers import Call, CallRaised, Guard, synchronize
-from pytest_ditgate.correctness.structure import map_tensors, named_tensors
 from pytest_ditgate.errors import GateFailure
 from pytest_ditgate.timer_integrity import watch
 
@@ -54,8 +60,9 @@ POOL_BYTES = 256 << 20
 #: audited outputs waiting for their judgement after timing take at most this many bytes; beyond, judged at once
 KEEP_BYTES = 512 << 20
 
-#: judge(output, args, kwargs): raises the GateFailure of an output that is not the reference's on those inputs
-Judge = Callable[[Any, tuple[Any, ...], dict[str, Any]], None]
+#: judge(result, args, kwargs): raises the GateFailure of a call's result (its return value and the out and in-out
+#: arguments it wrote, copied as it returned) that is not the reference's on those inputs
+Judge = Callable[[Result, tuple[Any, ...], dict[str, Any]], None]
 
 
 @dataclass
@@ -85,8 +92,8 @@ class FreshCall(Call):
 @dataclass
 class _Audited:
     number: int | None  # the candidate's timed call it was (None: the extra untimed call)
-    output: Any
-    snapshot: Any
+    result: Result | None
+    snapshot: Result
     call: FreshCall | None
     bytes: int = 0
     #: storages the other side's output of the same round wrote: an output held there may change (a buffer both
@@ -97,10 +104,9 @@ class _Audited:
         return "an extra, untimed call" if self.number is None else f"timed call {self.number}"
 
 
-def _nonfinite(value: Any) -> int:
-    """Non-finite elements of the floating tensors in ``value``."""
-    return sum(int((~t.isfinite()).sum()) for _, t in named_tensors(value, "out")
-               if t.is_floating_point() or t.is_complex())
+def _nonfinite(result: Result) -> int:
+    """Non-finite elements of the floating tensors of a call's result."""
+    return sum(int((~t.isfinite()).sum()) for _, t in result.named() if t.is_floating_point() or t.is_complex())
 
 
 def _storage(tensor: Any) -> int:
@@ -111,21 +117,25 @@ def _storage(tensor: Any) -> int:
         return -1 - id(tensor)
 
 
-def _nbytes(value: Any) -> int:
-    return sum(t.numel() * t.element_size() for _, t in named_tensors(value, "out"))
+def _nbytes(result: Result) -> int:
+    return sum(t.numel() * t.element_size() for _, t in result.named())
 
 
 class PairGuard(Guard):
-    """Hands the samplers fresh calls of a pair and audits the candidate's (call 0); see the module."""
+    """Hands the samplers fresh calls of a pair and audits the candidate's (call 0); see the module. ``declared``:
+    the arguments the functions write."""
 
-    def __init__(self, calls: Sequence[Call], *, perturb: bool = True, audit: Audit | None = None) -> None:
+    def __init__(self, calls: Sequence[Call], *, perturb: bool = True, declared: Declared | None = None,
+                 audit: Audit | None = None) -> None:
         from pytest_ditgate.bench.torch_state import TorchState
 
         super().__init__(calls)
         audit = audit or Audit()
         self.judge = audit.judge
         self.torch = audit.torch_state if audit.torch_state is not None else TorchState()
-        self.inputs = FreshInputs(calls[0].args, calls[0].kwargs, perturb=perturb)
+        self.declared = declared if declared is not None else Declared()
+        self.inputs = FreshInputs(calls[0].args, calls[0].kwargs, perturb=perturb, writable=self.declared.writable,
+                                  poisoned=self.declared.poisoned)
         self.name = callable_name(calls[0].fn)
         self.rng = random.Random(random.SystemRandom().getrandbits(64))  # which elements change: not secret
         self.secret = random.SystemRandom()  # which calls are audited: drawn after each call returns
@@ -133,7 +143,7 @@ class PairGuard(Guard):
         self.timed = 0
         self.audited = 0
         self.returns = 0
-        self.last: list[tuple[Call, Any, Any] | None] = [None] * len(calls)
+        self.last: list[tuple[Call, Result, Result] | None] = [None] * len(calls)
         self.kept: list[_Audited] = []
         self.exact_because = ""
 
@@ -144,11 +154,12 @@ class PairGuard(Guard):
         if not self.inputs.varied:
             return
         reference = self.calls[1]
-        exact = _nonfinite(Call(reference.fn, *self.inputs.make(()))())
+        args, kwargs = self.inputs.make(())
+        exact = _nonfinite(self.declared.result(Call(reference.fn, args, kwargs)(), args, kwargs))
         for _ in range(PROBES):
             args, kwargs = self.inputs.make(self.inputs.draw(self.rng))
             try:
-                probed = reference.fn(*args, **kwargs)
+                probed = self.declared.result(reference.fn(*args, **kwargs), args, kwargs)
             except Exception as exc:  # noqa: BLE001 - the reference's domain, not an error of the pair
                 self._exact(f"the reference raised {type(exc).__name__} on perturbed copies")
                 return
@@ -189,37 +200,43 @@ class PairGuard(Guard):
         return FreshCall(self.calls[index].fn, args, kwargs, changes)
 
     def batch(self, index: int, count: int) -> list[Call]:
+        """``count`` calls on distinct copies up to :data:`POOL_BYTES` of them, then reused in turn; where the
+        functions write out or in-out arguments, the last call (the one :meth:`returned` hears of) always gets
+        its own, so that what it produced came from the pair's values."""
         distinct = max(1, min(count, POOL_BYTES // max(1, self.inputs.nbytes)))
         pool = [self.call(index) for _ in range(distinct)]
-        return [pool[i % distinct] for i in range(count)]
+        calls = [pool[i % distinct] for i in range(count)]
+        if self.declared.compared and count > distinct:
+            calls[-1] = self.call(index)
+        return calls
 
     def returned(self, index: int, call: Call, output: Any) -> None:
-        self.last[index] = (call, output, map_tensors(output, lambda t: t.detach().clone()))
+        result = self.declared.result(output, call.args, call.kwargs)
+        self.last[index] = (call, result, result.copy())
         self.returns += 1
         if self.returns % len(self.calls):
             return
-        (call, output, snapshot), others = self.last[0], self.last[1:]  # a round has run
+        (call, result, snapshot), others = self.last[0], self.last[1:]  # a round has run
         self.last = [None] * len(self.calls)
         self.timed += 1
         if self.secret.random() < self.rate:
-            shared = frozenset(_storage(t) for other in others if other is not None
-                               for _, t in named_tensors(other[1], "out"))
-            self._audit(call, output, snapshot, self.timed, shared)
+            shared = frozenset(_storage(t) for other in others if other is not None for _, t in other[1].named())
+            self._audit(call, result, snapshot, self.timed, shared)
 
-    def _audit(self, call: Call, output: Any, snapshot: Any, number: int | None,
+    def _audit(self, call: Call, result: Result, snapshot: Result, number: int | None,
                shared: frozenset[int] = frozenset()) -> None:
         where = f"the round of the candidate's timed call {number}" if number else "the candidate's extra call"
         self.check_torch(f"after {where}")
         self.audited += 1
-        self._settle(_Audited(number, output, snapshot, call if isinstance(call, FreshCall) else None,
+        self._settle(_Audited(number, result, snapshot, call if isinstance(call, FreshCall) else None,
                               _nbytes(snapshot), shared))
 
     def _settle(self, audit: _Audited) -> None:
         """An audited call's output unchanged since it was copied, its arguments as they were made; its copy kept
         for the judge."""
         synchronize()
-        now = list(named_tensors(audit.output, "output"))
-        then = dict(named_tensors(audit.snapshot, "output"))
+        now = audit.result.named() if audit.result is not None else []
+        then = dict(audit.snapshot.named())
         stale = [name for name, tensor in now
                  if _storage(tensor) not in audit.shared and not same_bits(tensor, then[name])]
         if stale:
@@ -233,9 +250,13 @@ class PairGuard(Guard):
             if written:
                 raise GateFailure("input_mutated", f"ditbench.pair: the candidate `{self.name}` wrote into its "
                                   f"argument(s) {', '.join(written)} in {audit.where()}; a timed function must leave "
-                                  "its inputs as they are (the agreement check fails the same write). Nothing was "
-                                  "recorded.")
-        audit.output = None
+                                  "its inputs as they are (the agreement check fails the same write), unless the "
+                                  "pair declares the argument written: out_args=(...) for an output buffer, "
+                                  "inout_args=(...) for an argument read and updated in place, scratch_args=(...) "
+                                  "for a workspace"
+                                  + (f" (declared: {self.declared.describe()})" if self.declared else "")
+                                  + ". Nothing was recorded.")
+        audit.result = None
         if self.judge is None:
             return
         self.kept.append(audit)
@@ -268,9 +289,9 @@ class PairGuard(Guard):
         audited and how the inputs were made (for its ``extra``)."""
         if self.audited == 0:
             call = self.call(0)
-            output = call()
+            result = self.declared.result(call(), call.args, call.kwargs)
             synchronize()
-            self._audit(call, output, map_tensors(output, lambda t: t.detach().clone()), None)
+            self._audit(call, result, result.copy(), None)
         self.check_torch("after timing")
         self.torch.unwatch_setters()
         mutated = self.inputs.mutated()
@@ -286,6 +307,8 @@ class PairGuard(Guard):
             inputs = "fresh copies, one element of each floating argument changed"
         else:
             inputs = "fresh copies" + (f" (exact: {self.exact_because})" if self.exact_because else "")
+        if self.declared.poisoned:
+            inputs += "; out and scratch arguments poisoned"
         return {"audited_calls": self.audited, "inputs": inputs}
 
 

@@ -16,13 +16,13 @@ none.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from pytest_ditgate.arguments import callable_name, clip, describe
+from pytest_ditgate.arguments import describe
+from pytest_ditgate.bench.agreement import AGREED, agree, judge
 from pytest_ditgate.bench.comparison import Comparison
 from pytest_ditgate.bench.measurement import Measurement
 from pytest_ditgate.bench.runner import check_pair, measure, measure_pair
@@ -68,90 +68,6 @@ def check_min_speedup(value: Any) -> float | None:
         hint = f"; did you mean {value / 100:g} ({value:g} %)?" if abs(value) < 100 else ""
         raise DitgateUsageError(f"{what}, got {value!r}{hint}")
     return float(value)
-
-
-#: the keyword argument that stands in for a tensor when a pair's arguments hold none (check_kernel needs one);
-#: the functions never see it
-STAND_IN = "ditgate_stand_in"
-#: what a pair's record says about its outputs
-AGREED, NOT_TENSORS = "outputs agree", "outputs are not tensors: not compared"
-
-
-def _without_stand_in(fn: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(fn)
-    def call(*args: Any, **kwargs: Any) -> Any:
-        __tracebackhide__ = True
-        kwargs.pop(STAND_IN, None)
-        return fn(*args, **kwargs)
-
-    return call
-
-
-def check_outputs(candidate: Callable[..., Any], reference: Callable[..., Any], args: tuple[Any, ...],
-                  kwargs: dict[str, Any], *, label: str, probe: bool = True) -> str:
-    """``check_kernel`` with one trial on these arguments (the reference on float64 copies, or on the arguments
-    themselves when it cannot run upcast; no extremal trials, no poisoning; the precision probe unless ``probe``
-    is off). Arguments with no tensor (closures, sizes) are checked too: a stand-in tensor the functions never see
-    is added. Raises the check's ``GateFailure``; returns :data:`AGREED`, or :data:`NOT_TENSORS` when the outputs
-    hold no tensor to compare."""
-    __tracebackhide__ = True
-    import torch
-
-    from pytest_ditgate.correctness.checks import check_kernel
-    from pytest_ditgate.correctness.structure import named_leaves
-
-    if not any(isinstance(leaf, torch.Tensor) for _, leaf in named_leaves((args, kwargs), "args")):
-        candidate, reference = _without_stand_in(candidate), _without_stand_in(reference)
-        kwargs = dict(kwargs, **{STAND_IN: torch.zeros(1)})
-
-    def inputs(_: int) -> tuple[tuple[Any, ...], dict[str, Any]]:
-        return args, kwargs
-
-    settings = dict(trials=1, input_scales=(), check_determinism=False, check_constant=False, poison_memory=False,
-                    label=label, **({} if probe else {"check_precision": False}))
-    try:
-        try:
-            check_kernel(candidate, reference, inputs, **settings)
-            upcast = True
-        except (GateFailure, DitgateUsageError):
-            raise
-        except Exception:  # noqa: BLE001 - a reference that cannot run on float64/float32 copies: same precision
-            upcast = False
-        if not upcast:  # outside the handler: the reference's own error, if it raises again, is not chained
-            check_kernel(candidate, reference, inputs, reference_dtype="same", **settings)
-    except DitgateUsageError as exc:
-        if "compares tensor outputs only" in str(exc):
-            return NOT_TENSORS
-        raise
-    except GateFailure as failure:
-        if failure.reason == "shape" and "returned None" in failure.message and reference(*args, **kwargs) is None:
-            return NOT_TENSORS  # both return nothing: there is no output to compare
-        raise
-    return AGREED
-
-
-def agree(candidate: Callable[..., Any], reference: Callable[..., Any], args: tuple[Any, ...],
-          kwargs: dict[str, Any]) -> str:
-    """Check once, before timing, that ``candidate(*args, **kwargs)`` computes what ``reference`` computes
-    (:func:`check_outputs`). Raises the check's ``GateFailure`` (a timing function replaced while the check ran
-    is ``timer_tampered``, said as such); returns :data:`AGREED` or why the outputs were not compared."""
-    __tracebackhide__ = True
-    try:
-        return check_outputs(candidate, reference, args, kwargs, label="ditbench.pair agreement")
-    except GateFailure as failure:
-        if failure.reason == "timer_tampered":
-            raise GateFailure(failure.reason, "ditbench.pair: timing functions were replaced while the agreement "
-                              "check ran the candidate and the reference, so by one of them; nothing was timed: "
-                              f"{failure.message}", report=failure.report) from None
-        cause = failure.__cause__
-        if failure.reason == "crash" and cause is not None:
-            raise GateFailure("crash", f"the candidate `{callable_name(candidate)}` raised {type(cause).__name__} "
-                              "when checked against the reference before timing, so nothing was timed or recorded: "
-                              f"{clip(f'{type(cause).__name__}: {cause}')}", report=failure.report) from cause
-        raise GateFailure(failure.reason, "ditbench.pair: the candidate does not compute what the reference "
-                          "computes, so nothing was timed (checked once on the pair's arguments; verify=False "
-                          f"skips it for functions not meant to agree): {failure.message}",
-                          report=failure.report) from None
 
 
 def refuse_tampered_before(what: str) -> None:
@@ -220,12 +136,11 @@ class DitBench:
         return merged
 
     def _profiles(self, wanted: bool, sides: list[tuple[Callable[..., Any], Measurement, Callable[..., Any] | None]],
-                  args: tuple[Any, ...], opts: dict[str, Any], knobs: frozenset[str]) -> list[dict[str, Any]]:
+                  args: tuple[Any, ...], fn_kwargs: dict[str, Any]) -> list[dict[str, Any]]:
         """The phase profile of each (function, its measurement, its eager twin) side, run on the measured
         arguments; the timed median goes along, for idle against the untraced time."""
         if not wanted or self.profiler is None:
             return []
-        fn_kwargs = {k: v for k, v in opts.items() if k not in knobs}
         return [self.profiler(Call(fn, args, fn_kwargs), m.name, m.median_ms,
                               None if eager is None else Call(eager, args, fn_kwargs)) for fn, m, eager in sides]
 
@@ -241,7 +156,8 @@ class DitBench:
         opts.setdefault("label", self.test.rsplit("::", 1)[-1])
         m = measure(fn, *args, **opts)
         self.measurements.append(m)
-        self.record_measurement(m, self._profiles(profile, [(fn, m, eager)], args, opts, MEASURE_KNOBS))
+        fn_kwargs = {k: v for k, v in opts.items() if k not in MEASURE_KNOBS}
+        self.record_measurement(m, self._profiles(profile, [(fn, m, eager)], args, fn_kwargs))
         self._feed(m)
         return m
 
@@ -260,8 +176,14 @@ class DitBench:
         candidate's timed calls is audited (:mod:`pytest_ditgate.bench.audit`): ``output_audit``,
         ``stale_output``, ``input_mutated``, ``torch_tampered``; a timing function replaced before the pair is
         ``timer_tampered`` at once, one replaced while it runs ``timer_tampered`` after timing. Outputs that are
-        not tensors are not compared, and the record says so. ``verify=False`` skips the agreement check and
-        the output audits, for two functions not meant to agree.
+        not tensors are not compared, and the record says so; two functions that return None compare nothing
+        unless the arguments they write are declared (a usage error otherwise). ``verify=False`` skips the
+        agreement check and the output audits, for two functions not meant to agree.
+
+        ``out_args``, ``inout_args``, ``scratch_args`` (positions or keyword names, as for ``check_kernel``;
+        never passed to the functions): the arguments the functions write. Out and in-out arguments are compared
+        after the call, by the agreement check and in the audited calls; scratch is not compared; none of their
+        writes is ``input_mutated`` (:mod:`pytest_ditgate.bench.declared`).
 
         ``beat_best=True`` also requires the CI bound to beat the best ratio recorded for this test, arch
         and lane (same driver and torch) in the ledger. For ``--benchmark-json`` the candidate's samples
@@ -279,24 +201,24 @@ class DitBench:
         profile = bool(opts.pop("profile", self.profile))
         candidate_eager, reference_eager = _eager_twins(opts.pop("profile_eager", None), 2)
         fn_kwargs = {k: v for k, v in opts.items() if k not in PAIR_KNOBS}
-        check_pair(candidate, reference, **{k: v for k, v in opts.items() if k in PAIR_KNOBS})
+        _, declared = check_pair(candidate, reference, **{k: v for k, v in opts.items() if k in PAIR_KNOBS})
+        declared.check(args, fn_kwargs, "ditbench.pair")
         refuse_tampered_before("ditbench.pair")
         from pytest_ditgate.bench.audit import Audit
         from pytest_ditgate.bench.torch_state import TorchState
 
         torch_state = TorchState()  # before anything of the pair runs: the agreement check may change torch too
-        if self.hook is not None:
-            self.hook.pytest_ditgate_before_pair(candidate=candidate, args=args, kwargs=fn_kwargs)
-        outputs = agree(candidate, reference, args, fn_kwargs) if verify else "not compared (verify=False)"
-
-        def judge(output: Any, call_args: tuple[Any, ...], call_kwargs: dict[str, Any]) -> None:
-            check_outputs(lambda *_, **__: output, reference, call_args, call_kwargs, probe=False,
-                          label="ditbench.pair output audit")
-
+        if self.hook is not None:  # the pair's own arguments stay as they are: the declared ones are copied
+            hook_args, hook_kwargs = declared.copies(args, fn_kwargs)
+            self.hook.pytest_ditgate_before_pair(candidate=candidate, args=hook_args, kwargs=hook_kwargs)
+        outputs = agree(candidate, reference, args, fn_kwargs, declared) if verify else "not compared (verify=False)"
         c = measure_pair(candidate, reference, *args, **opts,
-                         _audit=Audit(judge if outputs == AGREED else None, torch_state))
-        c = dataclasses.replace(c, checks={"outputs": outputs, "audited_calls": c.a.extra.get("audited_calls"),
-                                           "inputs": c.a.extra.get("inputs")})
+                         _audit=Audit(judge(reference, declared) if outputs == AGREED else None, torch_state))
+        checks = {"outputs": outputs, "audited_calls": c.a.extra.get("audited_calls"),
+                  "inputs": c.a.extra.get("inputs")}
+        if declared:
+            checks["written"] = declared.describe()
+        c = dataclasses.replace(c, checks=checks)
         self.comparisons.append(c)
         passed = None if min_speedup is None else c.faster_by_at_least(min_speedup)
         problem = None
@@ -312,7 +234,7 @@ class DitBench:
                 problem = (f"candidate does not beat the recorded best ratio {float(best['ratio']):.4f} "
                            f"(recorded {best.get('comparison', {}).get('a', {}).get('time_utc', '?')}): {c.describe()}")
         profiles = self._profiles(profile, [(candidate, c.a, candidate_eager), (reference, c.b, reference_eager)],
-                                  args, opts, PAIR_KNOBS)
+                                  *(declared.copies(args, fn_kwargs) if profile else (args, fn_kwargs)))
         self.record_comparison(c, min_speedup, passed, profiles)
         from pytest_ditgate.bench.pytest_benchmark_bridge import pair_info
 

@@ -10,6 +10,13 @@ arguments are compared with afterwards (``input_mutated``).
 
 Only tensors are copied: integers, modules and other arguments are passed as they are; a tensor this cannot
 copy in place (sparse, quantized, a subclass) is cloned, and not perturbed.
+
+Arguments the pair declares written (``out_args``, ``inout_args``, ``scratch_args``:
+:mod:`pytest_ditgate.bench.declared`) may change in a timed call without being ``input_mutated``; the copies of
+an out or scratch argument hold poison (``0xFF`` bytes, NaN in every floating format), as ``check_kernel``
+fills them before a call, never the values of an earlier call: a function that leaves its out buffer unwritten
+returns poison, whatever the pair's argument held. An in-out argument is copied (and perturbed) like any input:
+every call starts from the values the pair began with.
 """
 
 from __future__ import annotations
@@ -37,12 +44,13 @@ class Change:
 
 
 class _Kept:
-    """One tensor argument as it was when the pair began, and how to copy it."""
+    """One tensor argument as it was when the pair began, and how to copy it (``poisoned``: its copies hold
+    poison, not its values)."""
 
-    def __init__(self, name: str, tensor: Any) -> None:
+    def __init__(self, name: str, tensor: Any, *, poisoned: bool = False) -> None:
         import torch
 
-        self.name, self.source = name, tensor
+        self.name, self.source, self.poisoned = name, tensor, poisoned
         self.size, self.stride = tuple(tensor.shape), tuple(tensor.stride()) if tensor.layout == torch.strided else ()
         self.requires_grad = tensor.requires_grad
         self.parameter = isinstance(tensor, torch.nn.Parameter)
@@ -57,7 +65,7 @@ class _Kept:
                 self.shift = tensor.storage_offset() % max(1, ALIGNMENT_BYTES // tensor.element_size())
                 self.buffer = torch.empty(self.shift + self.span, dtype=tensor.dtype, device=tensor.device,
                                           pin_memory=self.pinned)
-                if self.span:
+                if self.span and not poisoned:  # an out or scratch argument's copies never hold its values
                     source = torch.as_strided(tensor.detach(), (self.span,), (1,), tensor.storage_offset())
                     self.buffer[self.shift:].copy_(source)
             else:
@@ -70,9 +78,14 @@ class _Kept:
     def view(self, buffer: Any) -> Any:
         return buffer.as_strided(self.size, self.stride, self.shift) if self.in_place else buffer
 
+    @property
+    def perturbed(self) -> bool:
+        """Its copies differ in one element from the kept values."""
+        return self.in_place and self.floating and bool(self.span) and not self.poisoned
+
     def change(self, leaf: int, rng: random.Random) -> Change | None:
         """A random element of the argument to change (None when this argument is not perturbed)."""
-        if not (self.in_place and self.floating and self.span):
+        if not self.perturbed:
             return None
         position = self.shift + sum(rng.randrange(n) * s for n, s in zip(self.size, self.stride))
         return Change(leaf, position, rng.uniform(*FACTORS))
@@ -84,16 +97,27 @@ class _Kept:
         with torch.no_grad():
             if not self.in_place:
                 copy = self.buffer.clone()
+                if self.poisoned:
+                    _poison(copy)
             else:
                 buffer = torch.empty_like(self.buffer, pin_memory=self.pinned) if self.pinned else \
                     torch.empty_like(self.buffer)
-                buffer.copy_(self.buffer)
+                if self.poisoned:
+                    _poison(buffer)
+                else:
+                    buffer.copy_(self.buffer)
                 if change is not None:
                     try:
                         buffer[change.position].mul_(change.factor)
                     except (RuntimeError, TypeError):  # a dtype without arithmetic (float8): left as it is
                         pass
                 copy = self.view(buffer)
+        return self.dressed(copy)
+
+    def dressed(self, copy: Any) -> Any:
+        """``copy`` as the argument was: a parameter stays one, ``requires_grad`` is kept."""
+        import torch
+
         if self.parameter:
             return torch.nn.Parameter(copy, requires_grad=self.requires_grad)
         return copy.requires_grad_(self.requires_grad) if self.requires_grad else copy
@@ -101,6 +125,26 @@ class _Kept:
     def changed(self) -> bool:
         """The argument itself no longer holds the values it held when the pair began."""
         return not same_bits(self.source, self.view(self.buffer))
+
+
+def _poison(tensor: Any) -> None:
+    """Fill a copy with ``check_kernel``'s poison (bool tensors hold zeros: every pattern is a value there)."""
+    import torch
+
+    from pytest_ditgate.correctness.poison import fill_view
+
+    if tensor.dtype is torch.bool:
+        tensor.zero_()
+    else:
+        fill_view(tensor)
+
+
+def layout_copy(tensor: Any) -> Any:
+    """A new tensor holding ``tensor``'s values in its layout (sizes, strides, storage offset modulo
+    :data:`ALIGNMENT_BYTES`), as a timed call's copies are made, but unperturbed: for a call on an argument a
+    function writes, which must leave the argument itself as it is."""
+    kept = _Kept("", tensor)
+    return kept.dressed(kept.view(kept.buffer) if kept.in_place else kept.buffer)
 
 
 def _pinned(tensor: Any) -> bool:
@@ -111,16 +155,20 @@ def _pinned(tensor: Any) -> bool:
 
 
 class FreshInputs:
-    """The pair's arguments kept as they were, and fresh copies of them for each timed call."""
+    """The pair's arguments kept as they were, and fresh copies of them for each timed call. ``writable``: names
+    of the arguments the functions may write (declared out, in-out and scratch arguments: not compared after a
+    call); ``poisoned``: those whose copies hold poison (out and scratch arguments)."""
 
-    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, perturb: bool = True) -> None:
+    def __init__(self, args: tuple[Any, ...], kwargs: dict[str, Any], *, perturb: bool = True,
+                 writable: frozenset[str] = frozenset(), poisoned: frozenset[str] = frozenset()) -> None:
         self.args, self.kwargs, self.perturb = args, kwargs, perturb
+        self.writable = writable
         self.kept: list[_Kept] = []
         self._leaf_of: dict[int, int] = {}
         for name, tensor in named_call_tensors(args, kwargs):
             if id(tensor) not in self._leaf_of:  # one argument passed twice stays one tensor
                 self._leaf_of[id(tensor)] = len(self.kept)
-                self.kept.append(_Kept(name, tensor))
+                self.kept.append(_Kept(name, tensor, poisoned=name in poisoned))
 
     @property
     def nbytes(self) -> int:
@@ -130,7 +178,7 @@ class FreshInputs:
     @property
     def varied(self) -> bool:
         """Each set of copies differs in value from the others (some floating argument is perturbed)."""
-        return self.perturb and any(k.in_place and k.floating and k.span for k in self.kept)
+        return self.perturb and any(k.perturbed for k in self.kept)
 
     def draw(self, rng: random.Random) -> tuple[Change, ...]:
         """The changes of one new set of copies."""
@@ -150,16 +198,19 @@ class FreshInputs:
         return map_tensors(self.args, swap), map_tensors(self.kwargs, swap)
 
     def mutated(self) -> list[str]:
-        """Names of the pair's tensor arguments whose values changed since the pair began."""
-        return [k.name for k in self.kept if k.changed()]
+        """Names of the pair's tensor arguments, but the writable ones, whose values changed since the pair
+        began."""
+        return [k.name for k in self.kept if k.name not in self.writable and k.changed()]
 
     def written(self, args: tuple[Any, ...], kwargs: dict[str, Any], changes: tuple[Change, ...]) -> list[str]:
-        """Names of the tensors of a timed call's copies (``args``, ``kwargs``, made with ``changes``) that no
-        longer hold what they were made with: the timed function wrote into its arguments."""
+        """Names of the tensors of a timed call's copies (``args``, ``kwargs``, made with ``changes``), but the
+        writable ones, that no longer hold what they were made with: the timed function wrote into arguments it
+        was not declared to write."""
         expected_args, expected_kwargs = self.make(changes)
         given = named_call_tensors(args, kwargs)
         expected = named_call_tensors(expected_args, expected_kwargs)
-        return [name for (name, now), (_, made) in zip(given, expected) if not same_bits(now, made)]
+        return [name for (name, now), (_, made) in zip(given, expected)
+                if name not in self.writable and not same_bits(now, made)]
 
 
 def _bits(tensor: Any) -> Any:

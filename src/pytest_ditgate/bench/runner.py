@@ -7,7 +7,9 @@ of each call gives its busy time, the fraction of its latency the device sat idl
 synchronisations it made (``Measurement.extra``). ``measure_pair`` times two functions interleaved (A B, B A,
 A B, ...) with one mechanism so that clock and thermal drift hit both alike, then compares them round by
 round; its timed calls are guarded (:class:`pytest_ditgate.bench.audit.PairGuard`: fresh inputs for each call,
-audits of what the calls did). Timing functions are checked before and after timing (``timer_tampered``).
+audits of what the calls did), and it takes ``check_kernel``'s ``out_args``, ``inout_args`` and ``scratch_args``
+for functions that write arguments (:mod:`pytest_ditgate.bench.declared`). Timing functions are checked before
+and after timing (``timer_tampered``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pytest_ditgate.arguments import (callable_name, clip, describe, raised_by, 
 from pytest_ditgate.bench import l2 as l2mod
 from pytest_ditgate.bench import timers
 from pytest_ditgate.bench.comparison import Comparison, compare, idle_line, notable
+from pytest_ditgate.bench.declared import Declared
 from pytest_ditgate.bench.measurement import REGIMES, Measurement, as_tuples
 from pytest_ditgate.bench.mechanisms import AUTO_ORDER, BY_NAME, LATENCY, MECHANISMS
 from pytest_ditgate.bench.stats import METHODS
@@ -392,13 +395,19 @@ def measure(fn: Callable[..., Any], *args: Any, mechanism: str = "auto", warmup:
                   shapes=shapes)
 
 
+#: how a pair is named in its usage errors
+PAIR_CALL = "measure_pair(candidate, reference, *args)"
+
+
 def check_pair(candidate: Any, reference: Any, *, rounds: Any = None, mechanism: Any = "auto", warmup: Any = None,
                budget_ms: Any = None, l2: Any = "warm", regime: Any = None, method: Any = "paired-bootstrap",
                confidence: Any = 0.95, labels: Any = ("candidate", "reference"), graph_idle: Any = "subtract",
-               perturb: Any = True, **_: Any) -> Options:
-    """The options of a pair, every argument checked (a usage error naming it), before any function of the pair
-    runs; other keywords are ignored (the timed functions' own, ``backend``, ...)."""
-    call = "measure_pair(candidate, reference, *args)"
+               perturb: Any = True, out_args: Any = (), inout_args: Any = (), scratch_args: Any = (),
+               **_: Any) -> tuple[Options, Declared]:
+    """The options of a pair and the arguments it declares written, every argument checked (a usage error naming
+    it), before any function of the pair runs; other keywords are ignored (the timed functions' own,
+    ``backend``, ...)."""
+    call = PAIR_CALL
     require_callable(candidate, "candidate", call, "the function to time, called as candidate(*args, **kwargs)")
     require_callable(reference, "reference", call, "the function to compare with, called with the same arguments")
     if method not in METHODS:
@@ -416,7 +425,8 @@ def check_pair(candidate: Any, reference: Any, *, rounds: Any = None, mechanism:
                                 f"write rounds={MIN_PAIR_ROUNDS} or more, or leave it to budget_ms")
     if not isinstance(perturb, bool):
         raise DitgateUsageError(f"{call}: perturb must be True or False, got {describe(perturb)}")
-    return Options(mechanism, warmup, rounds, budget_ms, l2, regime, graph_idle)
+    declared = Declared.parse(call, out_args=out_args, inout_args=inout_args, scratch_args=scratch_args)
+    return Options(mechanism, warmup, rounds, budget_ms, l2, regime, graph_idle), declared
 
 
 def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *args: Any, rounds: int | None = None,
@@ -424,7 +434,8 @@ def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *
                  l2: str = "warm", regime: str | None = None, method: str = "paired-bootstrap",
                  confidence: float = 0.95, labels: tuple[str, str] = ("candidate", "reference"),
                  backend: tuple[str | None, str | None] | str | None = None, dtype: Any = None, shapes: Any = None,
-                 graph_idle: str = "subtract", perturb: bool = True, _audit: Any = None,
+                 graph_idle: str = "subtract", perturb: bool = True, out_args: tuple[int | str, ...] = (),
+                 inout_args: tuple[int | str, ...] = (), scratch_args: tuple[int | str, ...] = (), _audit: Any = None,
                  **fn_kwargs: Any) -> Comparison:
     """Time ``candidate`` and ``reference`` on the same arguments, interleaved round by round, and compare.
 
@@ -433,15 +444,20 @@ def measure_pair(candidate: Callable[..., Any], reference: Callable[..., Any], *
     call gets fresh copies of the tensor arguments, one element of each floating one changed unless
     ``perturb=False`` (for functions whose inputs must keep their exact values), and the candidate's calls are
     audited (:mod:`pytest_ditgate.bench.audit`); ``_audit`` is how ``ditbench.pair`` adds its output judge.
+    ``out_args``, ``inout_args``, ``scratch_args``: the arguments the functions write, as for ``check_kernel``
+    (positions or keyword names; :mod:`pytest_ditgate.bench.declared`); never passed to the functions.
     """
-    options = check_pair(candidate, reference, rounds=rounds, mechanism=mechanism, warmup=warmup, budget_ms=budget_ms,
-                         l2=l2, regime=regime, method=method, confidence=confidence, labels=labels,
-                         graph_idle=graph_idle, perturb=perturb)
+    options, declared = check_pair(candidate, reference, rounds=rounds, mechanism=mechanism, warmup=warmup,
+                                   budget_ms=budget_ms, l2=l2, regime=regime, method=method, confidence=confidence,
+                                   labels=labels, graph_idle=graph_idle, perturb=perturb, out_args=out_args,
+                                   inout_args=inout_args, scratch_args=scratch_args)
+    declared.check(args, fn_kwargs, PAIR_CALL)
+    args, fn_kwargs = declared.copies(args, fn_kwargs)  # traces and graph captures write these, not the pair's own
     calls = [Call(candidate, args, fn_kwargs), Call(reference, args, fn_kwargs)]
     roles = [f"the {labels[0]} `{callable_name(candidate)}`", f"the {labels[1]} `{callable_name(reference)}`"]
     from pytest_ditgate.bench.audit import PairGuard
 
-    guard = PairGuard(calls, perturb=perturb, audit=_audit)
+    guard = PairGuard(calls, perturb=perturb, declared=declared, audit=_audit)
     run, notes, done, device, clocks = _collect(calls, options, roles, guard)
     backends = backend if isinstance(backend, tuple) else (backend, backend)
     a, b = (_build(run, i, notes, done, device, clocks, options, label=labels[i], backend=backends[i],

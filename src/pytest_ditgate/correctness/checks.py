@@ -346,8 +346,9 @@ class _Run:
                 continue
             change = compare.max_difference(now, before)
             if change != 0:
-                declare = ("; a kernel that updates it in place declares it: inout_args=(...) (compared with the "
-                           "reference's updated copy) or scratch_args=(...) (a workspace: not compared)")
+                declare = ("; a kernel that writes it declares it: out_args=(...) (an output buffer, written only), "
+                           "inout_args=(...) (compared with the reference's updated copy) or scratch_args=(...) (a "
+                           "workspace: not compared)")
                 self._fail("input_mutated", f"the candidate modified its input {name} ({which})", trial, [
                     f"input {name}: max change {change:.3e} (inputs must be read-only; the gate compares them "
                     "before and after the call)" + declare])
@@ -706,7 +707,7 @@ class _Run:
                     continue
                 if compare.max_difference(now, then, cast=True) != 0:
                     self._fail("input_mutated", f"the REFERENCE modified its input {name} (fix the reference, or "
-                               "declare it in inout_args / scratch_args)", trial, [])
+                               "declare it in out_args / inout_args / scratch_args)", trial, [])
         found = aliasing.overlaps(named_tensors(out, "out"), self._readonly(args, kwargs))
         self.reference_aliases.update(output for output, _ in found)
         out = map_tensors(out, lambda t: t.detach())
