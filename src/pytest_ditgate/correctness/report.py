@@ -130,6 +130,18 @@ class OutputComparison:
                     f"math does: the reference's own {self.honest.op_by_op} run fails the fp32-accumulator bound)")
         return f"scale)){own}; scale {scale}{atol}"
 
+    def _exact_lines(self) -> list[str]:
+        """An output compared exactly (integers, bools): how many elements differ and the first that does; no
+        bounds or ratios, which have no meaning there."""
+        out = [f"output {self.name}: candidate {self.dtype}{list(self.shape)} vs reference "
+               f"{self.reference_dtype}{list(self.shape)}",
+               f"{self.mismatches} of {self.numel} elements differ ({100 * self.mismatch_fraction:.2f}%): "
+               f"{self.dtype} outputs are compared exactly; max abs difference {self.max_abs:.6g}"]
+        if self.worst_index is not None:
+            out.append(f"largest difference at index {self.worst_index}: candidate {_num(self.worst_candidate)} vs "
+                       f"reference {_num(self.worst_reference)}")
+        return out
+
     @property
     def rel_norm_bound(self) -> float:
         return self.honest.bound if self.honest is not None else self.tolerance.rel_norm
@@ -157,6 +169,8 @@ class OutputComparison:
 
     def lines(self) -> list[str]:
         """The error figures, one fact per line, for a failure message."""
+        if self.tolerance.exact:
+            return self._exact_lines()
         failed = " and ".join(self.failed_bounds) or "no"
         honest = self.honest if self.honest is not None else HonestBound.table_only(self.tolerance.rel_norm)
         out = [
