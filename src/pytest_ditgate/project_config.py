@@ -174,7 +174,7 @@ def load_project_config(root: str | Path) -> dict[str, Any]:
     """The ``[tool.ditgate]`` table of ``<root>/pyproject.toml`` (empty when absent), checked against
     :data:`PROJECT_KEYS`: a DitgateUsageError names every unknown key and wrong type, in one line. Its path
     entries come back project-relative (``./candidate/`` is ``candidate/``: :mod:`pytest_ditgate.project_paths`)."""
-    from pytest_ditgate.project_paths import normalise_table
+    from pytest_ditgate.project_paths import golden_dir_problem, normalise_table
 
     path = Path(root) / "pyproject.toml"
     data = read_pyproject(path)
@@ -183,6 +183,8 @@ def load_project_config(root: str | Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise DitgateUsageError(f"{path}: [tool.ditgate] must be a table, got {table!r}")
     problems = project_problems(table, root)
+    golden = golden_dir_problem(root, data, table)
+    problems += [golden] if golden else []
     if problems:
         raise DitgateUsageError(f"{path}: " + "; ".join(problems))
     return normalise_table(root, table)

@@ -223,3 +223,25 @@ def _artefact_problems(root: str | Path, table: Mapping[str, Any], given: Mappin
 def _lock(table: Mapping[str, Any]) -> str:
     raw = table.get("fixed_paths_lock")
     return raw if isinstance(raw, str) and raw.strip() else DEFAULT_LOCK
+
+
+#: the ini option that moves the golden store of plain pytest runs (``--ditgate-golden-dir``)
+GOLDEN_DIR_INI = "ditgate_golden_dir"
+
+
+def golden_dir_problem(root: str | Path, pyproject: Mapping[str, Any], table: Mapping[str, Any]) -> str | None:
+    """Why the project's ``[tool.pytest.ini_options] ditgate_golden_dir`` cannot stand (None when it can): the
+    project declares lanes, and the judge (``ditgate baseline``/``experiment``) reads, locks and diffs the store
+    at ``golden/`` only; a store elsewhere would be frozen by the judge's child and never judged."""
+    if not isinstance(table.get("lanes"), dict) or not table["lanes"]:
+        return None
+    tool = pyproject.get("tool")
+    pytest_table = tool.get("pytest") if isinstance(tool, dict) else None
+    ini = pytest_table.get("ini_options") if isinstance(pytest_table, dict) else None
+    raw = ini.get(GOLDEN_DIR_INI) if isinstance(ini, dict) else None
+    if not isinstance(raw, str) or not raw.strip() or normalise(root, raw).rstrip("/") == GOLDEN_STORE:
+        return None
+    return (f"[tool.pytest.ini_options] {GOLDEN_DIR_INI} = {raw!r}: a project with lanes keeps its golden store "
+            f"at {GOLDEN_STORE}/, the one the judge reads and locks; remove the setting (or move the store to "
+            f"{GOLDEN_STORE}/)")
+

@@ -159,3 +159,33 @@ def test_the_doctor_names_a_contract_in_a_mutable_path(tmp_path: Path) -> None:
     report = check_project(tmp_path)
     assert any("quality_contract names 'candidate/contract.toml', inside the mutable path" in p
                for p in report.problems), report.problems
+
+
+LANES = '[tool.ditgate.lanes.fwd]\ntests = ["test_settings.py"]\n'
+
+
+def test_a_golden_dir_elsewhere_is_refused_in_a_project_with_lanes(pytester: pytest.Pytester) -> None:
+    """The judge reads and locks ``golden/``: a lane's baseline froze into ``store/`` and judged nothing."""
+    from pytest_ditgate.doctor_project import check_project
+
+    _project(pytester, BASE + LANES + '[tool.pytest.ini_options]\nditgate_golden_dir = "store"\n')
+    _refused(pytester, [], "*[[]tool.pytest.ini_options[]] ditgate_golden_dir = 'store': a project with lanes keeps "
+                           "its golden store at golden/*")
+    assert any("ditgate_golden_dir = 'store'" in p for p in check_project(pytester.path).problems)
+
+
+def test_a_golden_dir_named_golden_is_fine(pytester: pytest.Pytester) -> None:
+    _project(pytester, BASE + LANES + '[tool.pytest.ini_options]\nditgate_golden_dir = "./golden/"\n')
+    pytester.runpytest("--ditgate", "--ditgate-relock", "-p", "no:cacheprovider").assert_outcomes(passed=1)
+
+
+def test_a_judged_child_refuses_a_golden_dir_from_any_ini_file(pytester: pytest.Pytester,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_ditgate.judged_run import OUT_ENV
+
+    _project(pytester, BASE)
+    pytester.makeini("[pytest]\nditgate_golden_dir = store\n")
+    (pytester.path / "store").mkdir()
+    monkeypatch.setenv(OUT_ENV, str(pytester.path / "out"))
+    _refused(pytester, ["--ditgate-freeze"], "*ditgate_golden_dir = store: the judge (ditgate baseline and "
+                                             "experiment) reads and locks the golden store at golden/ only*")
