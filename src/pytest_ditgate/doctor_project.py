@@ -133,7 +133,12 @@ def _check_contract(report: ProjectReport, root: Path, table: dict[str, Any]) ->
     except DitgateUsageError as exc:
         report.problems.append(str(exc))
         return None
-    report.checked.append(f"quality contract {path}: classes {', '.join(contract.covered()) or 'none'}")
+    try:
+        fixed = path.resolve().is_relative_to(root.resolve())
+    except OSError:
+        fixed = False
+    report.checked.append(f"quality contract {path}: classes {', '.join(contract.covered()) or 'none'}"
+                          + ("; a fixed path (the lock covers it)" if fixed else ""))
     return contract
 
 

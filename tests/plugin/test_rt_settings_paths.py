@@ -161,6 +161,19 @@ def test_the_doctor_names_a_contract_in_a_mutable_path(tmp_path: Path) -> None:
                for p in report.problems), report.problems
 
 
+
+def test_the_doctor_says_the_contract_is_a_fixed_path(tmp_path: Path) -> None:
+    from pytest_ditgate.doctor_project import check_project
+
+    (tmp_path / "fixtures").mkdir()
+    (tmp_path / "fixtures" / "quality_contract.toml").write_text(CONTRACT.format(max="0.0"))
+    (tmp_path / "pyproject.toml").write_text('[tool.ditgate]\nmutable_paths = ["candidate/"]\n')
+    (tmp_path / "candidate").mkdir()
+    report = check_project(tmp_path)
+    assert any(line.startswith("quality contract") and line.endswith("a fixed path (the lock covers it)")
+               for line in report.checked), report.checked
+
+
 LANES = '[tool.ditgate.lanes.fwd]\ntests = ["test_settings.py"]\n'
 
 
