@@ -47,7 +47,8 @@ def check_project(root: Path, *, deep: bool = False) -> ProjectReport:
     path = root / "pyproject.toml"
     report = ProjectReport(root=str(root), pyproject=str(path) if path.is_file() else None)
     try:
-        tool = read_pyproject(path).get("tool", {})
+        data = read_pyproject(path)
+        tool = data.get("tool", {})
     except DitgateUsageError as exc:
         report.problems.append(str(exc))
         return report
@@ -55,7 +56,7 @@ def check_project(root: Path, *, deep: bool = False) -> ProjectReport:
     if not isinstance(table, dict):
         report.problems.append(f"{path}: [tool.ditgate] must be a table, got {table!r}")
         return report
-    _check_settings(report, root, table)
+    _check_settings(report, root, table, data)
     _check_lanes(report, root, table)
     contract = _check_contract(report, root, table)
     if contract is not None:
@@ -63,10 +64,13 @@ def check_project(root: Path, *, deep: bool = False) -> ProjectReport:
     return report
 
 
-def _check_settings(report: ProjectReport, root: Path, table: dict[str, Any]) -> None:
+def _check_settings(report: ProjectReport, root: Path, table: dict[str, Any], pyproject: dict[str, Any]) -> None:
     from pytest_ditgate.project_config import missing_paths, project_problems
+    from pytest_ditgate.project_paths import golden_dir_problem
 
     problems = project_problems(table, root)
+    golden = golden_dir_problem(root, pyproject, table)
+    problems += [golden] if golden else []
     report.problems += [f"{report.pyproject}: {problem}" for problem in problems]
     report.checked.append(f"[tool.ditgate]: {len(table)} setting(s), "
                           + ("every one well-formed" if not problems else f"{len(problems)} problem(s)"))
@@ -129,7 +133,12 @@ def _check_contract(report: ProjectReport, root: Path, table: dict[str, Any]) ->
     except DitgateUsageError as exc:
         report.problems.append(str(exc))
         return None
-    report.checked.append(f"quality contract {path}: classes {', '.join(contract.covered()) or 'none'}")
+    try:
+        fixed = path.resolve().is_relative_to(root.resolve())
+    except OSError:
+        fixed = False
+    report.checked.append(f"quality contract {path}: classes {', '.join(contract.covered()) or 'none'}"
+                          + ("; a fixed path (the lock covers it)" if fixed else ""))
     return contract
 
 

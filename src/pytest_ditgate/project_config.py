@@ -72,7 +72,7 @@ _DISTRIBUTION = re.compile(r"^\s*[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?\s*(?
 #: a lane's name: it names the lane's history file and its git ref (``refs/ditgate/lanes/<name>``)
 _LANE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*(?:\.[A-Za-z0-9_-]+)*$")
 #: the settings that name files of the project (the lock and the judge's diffs see only the project's files)
-_PROJECT_FILE_KEYS = ("mutable_paths", "fixed_paths", "fixed_paths_lock")
+_PROJECT_FILE_KEYS = ("mutable_paths", "fixed_paths", "fixed_paths_lock", "quality_contract")
 _LANE_FILE_KEYS = ("tests", "timing")
 
 
@@ -149,10 +149,14 @@ def _escape_problems(root: str | Path, table: dict[str, Any], keys: tuple[str, .
 
 def project_problems(table: dict[str, Any], root: str | Path | None = None) -> list[str]:
     """Every key of the ``[tool.ditgate]`` table ``table`` that is unknown or of the wrong type (lanes too), every
-    lane name that cannot name a lane, and (given the project's ``root``) every file setting leading out of it."""
+    lane name that cannot name a lane, and (given the project's ``root``) every file setting leading out of it
+    and every path given a role it cannot play (:func:`~pytest_ditgate.project_paths.role_problems`)."""
+    from pytest_ditgate.project_paths import role_problems
+
     problems = _table_problems(table, PROJECT_KEYS, "[tool.ditgate]")
     if root is not None:
         problems += _escape_problems(root, table, _PROJECT_FILE_KEYS, "[tool.ditgate]")
+        problems += role_problems(root, table)
     lanes = table.get("lanes")
     if isinstance(lanes, dict):
         for name, lane in lanes.items():
@@ -168,7 +172,10 @@ def project_problems(table: dict[str, Any], root: str | Path | None = None) -> l
 
 def load_project_config(root: str | Path) -> dict[str, Any]:
     """The ``[tool.ditgate]`` table of ``<root>/pyproject.toml`` (empty when absent), checked against
-    :data:`PROJECT_KEYS`: a DitgateUsageError names every unknown key and wrong type, in one line."""
+    :data:`PROJECT_KEYS`: a DitgateUsageError names every unknown key and wrong type, in one line. Its path
+    entries come back project-relative (``./candidate/`` is ``candidate/``: :mod:`pytest_ditgate.project_paths`)."""
+    from pytest_ditgate.project_paths import golden_dir_problem, normalise_table
+
     path = Path(root) / "pyproject.toml"
     data = read_pyproject(path)
     tool = data.get("tool", {})
@@ -176,9 +183,11 @@ def load_project_config(root: str | Path) -> dict[str, Any]:
     if not isinstance(table, dict):
         raise DitgateUsageError(f"{path}: [tool.ditgate] must be a table, got {table!r}")
     problems = project_problems(table, root)
+    golden = golden_dir_problem(root, data, table)
+    problems += [golden] if golden else []
     if problems:
         raise DitgateUsageError(f"{path}: " + "; ".join(problems))
-    return table
+    return normalise_table(root, table)
 
 
 def missing_paths(root: str | Path, paths: list[str], setting: str) -> list[str]:

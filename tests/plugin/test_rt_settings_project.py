@@ -57,7 +57,7 @@ def _outside(where: str, key: str, entry: str) -> str:
      "*[[]tool.ditgate[]] packages must be a list of distribution names as pip has them*got [[]'liger kernel'[]]"),
     ('[tool.ditgate]\npackages = ["triton>=3.0", "-x"]\n', "*packages must be a list of distribution names*"),
     ('[tool.ditgate]\nfixed_paths = ["reference/"]\nfixed_paths_lock = "reference"\n',
-     "ERROR: [[]tool.ditgate[]] fixed_paths_lock names 'reference', a folder: name the lock's JSON file*"),
+     "ERROR: *[[]tool.ditgate[]] fixed_paths_lock names 'reference', which is not a .json file*"),
     ('[tool.ditgate]\nclassifier = "dit_impl/shapes/scorer.py"\n',
      "*[[]tool.ditgate[]] classifier must be a factory written 'package.module:callable', got 'dit_impl/shapes/scorer.py'"),
     ('[tool.ditgate]\nclassifier = "scorer"\n', "*classifier must be a factory written 'package.module:callable'*"),

@@ -43,6 +43,14 @@ class BaselineTransaction:
         lanes = read_lock(self.lock).get("lanes") or {}
         return self.lane in lanes or git.read_blob_ref(self.root, history.ref_name(self.lane)) is not None
 
+    def problems(self) -> list[str]:
+        """Why the baseline may not write its lock (empty when it may): a file at the lock's path that is not a
+        lock is never overwritten (``fixed_paths.overwrite_problem``)."""
+        from pytest_ditgate.golden.fixed_paths import overwrite_problem
+
+        problem = overwrite_problem(self.lock)
+        return [problem] if problem else []
+
     def refuse_second(self) -> int:
         print(f"ditgate: lane {self.lane!r} already has a baseline (a baseline is recorded once; "
               "declare a new lane for a new one)", file=sys.stderr)

@@ -142,7 +142,7 @@ class Judge:
         if transaction.recorded():
             return transaction.refuse_second()
         problems = baseline_problems(self.root, self.project, self.lane.tests, self.artefacts,
-                                     transaction.history_file, transaction.store)
+                                     transaction.history_file, transaction.store) + transaction.problems()
         if problems:
             for problem in problems:
                 print(f"ditgate: cannot record a baseline: {problem}", file=sys.stderr)

@@ -5,7 +5,7 @@ patterns relative to the rootdir; ``fixed_paths_lock`` names the lock file (defa
 ``golden/fixed_paths.lock.json``). A project can add fixed paths, never remove the defaults
 (:data:`DEFAULT_FIXED`): every ``conftest.py``, the pytest ini files, the ``[tool.ditgate]`` and
 ``[tool.pytest.*]`` tables of pyproject.toml (hashed as tables, so the rest of the file stays editable),
-and each lane's tests. (The judge also refuses to run plugin code from inside the project that the lock
+each lane's tests, and the quality contract (``project_paths.py`` says which paths may play which role). (The judge also refuses to run plugin code from inside the project that the lock
 does not cover: ``Preflight.check_own_modules`` in ``experiment/preflight.py``.)
 Bytecode is locked like any other file, except in ``__pycache__`` folders (the judge never reads those). Under ``--ditgate`` any edited, added or removed file, or a changed
 ``fixed_paths`` list, stops the session before a test runs, listing what changed. Deliberate runs
@@ -30,8 +30,8 @@ from pytest_ditgate import options
 from pytest_ditgate.context import get_context
 from pytest_ditgate.errors import DitgateUsageError
 from pytest_ditgate.golden.options import FREEZE, REFREEZE, RELOCK
+from pytest_ditgate.project_paths import DEFAULT_FIXED, DEFAULT_LOCK, contract_entry, lane_files
 
-DEFAULT_LOCK = "golden/fixed_paths.lock.json"
 LOCK_VERSION = 1
 _SKIP_PARTS = {"__pycache__", ".pytest_cache", ".git"}
 #: the lock's own sibling lock file and atomic-write temporaries; bytecode is NOT skipped (a sourceless
@@ -40,9 +40,6 @@ _SKIP_SUFFIXES = (".lock", ".tmp")
 #: folders never walked when a default pattern searches the whole tree (environments, caches, artefacts)
 _PRUNE = {".git", ".venv", "venv", ".tox", ".nox", "node_modules", "__pycache__", ".pytest_cache", ".ditgate",
           ".mypy_cache", ".ruff_cache", "build", "dist"}
-#: fixed by default in every project (a project adds to them, never removes them)
-DEFAULT_FIXED = ("**/conftest.py", "pytest.ini", "tox.ini", "setup.cfg", "pyproject.toml#tool.ditgate",
-                 "pyproject.toml#tool.pytest")
 TABLE_MARK = "#"
 RELOCK_HINT = "if the change is deliberate, run pytest --ditgate --ditgate-relock"
 
@@ -62,7 +59,7 @@ class LockSettings:
 
         table = load_project_config(rootdir)
         project = string_list(table, "fixed_paths")
-        patterns = tuple(dict.fromkeys([*DEFAULT_FIXED, *_lane_tests(table), *project]))
+        patterns = tuple(dict.fromkeys([*DEFAULT_FIXED, *lane_files(table), contract_entry(table), *project]))
         lock = table.get("fixed_paths_lock", DEFAULT_LOCK)
         if not isinstance(lock, str):
             raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock must be a string, got {lock!r}")
@@ -70,21 +67,6 @@ class LockSettings:
             raise DitgateUsageError(f"[tool.ditgate] fixed_paths_lock names {lock!r}, a folder: name the lock's JSON "
                                     f"file (default {DEFAULT_LOCK})")
         return cls(rootdir, patterns, rootdir / lock, bool(project or table.get("lanes")))
-
-
-def _lane_tests(table: dict[str, Any]) -> list[str]:
-    """The test paths and timing modules of every declared lane (their suites judge the candidate; the timing
-    module says what the judge times)."""
-    lanes = table.get("lanes", {})
-    found: list[str] = []
-    for lane in lanes.values() if isinstance(lanes, dict) else ():
-        for test in (lane.get("tests", []) if isinstance(lane, dict) else []):
-            if isinstance(test, str) and test:
-                found.append(test.split("::", 1)[0])
-        timing = lane.get("timing") if isinstance(lane, dict) else None
-        if isinstance(timing, str) and timing:
-            found.append(timing)
-    return found
 
 
 def _walk(root: Path, pattern: str) -> list[Path]:
@@ -183,19 +165,70 @@ class LockVerdict:
         return out
 
 
-def evaluate_lock(settings: LockSettings, now: dict[str, str] | None = None) -> LockVerdict:
-    """Compare the files on disk with the lock (pure decision; nothing is written). ``now`` is
-    :func:`expand` of ``settings`` when the caller already hashed the files."""
+class LockUnreadable(ValueError):
+    """The lock file exists but is not a fixed-paths lock: ``detail`` says why (the bad field), the message names
+    the file too."""
+
+    def __init__(self, path: Path, detail: str) -> None:
+        super().__init__(f"{path}: {detail}")
+        self.path = path
+        self.detail = detail
+
+
+def parse_lock(path: Path) -> dict[str, Any] | None:
+    """The lock at ``path``, checked field by field (None when there is no file): the one place a lock is read.
+    A lock is a JSON object with ``files`` (path -> sha256), and optionally ``version`` (an integer),
+    ``patterns`` (a list of strings) and ``lanes`` (lane name -> ``{"genesis": "<commit>"}``); anything else
+    (a hand edit, another file the setting names) raises :class:`LockUnreadable` naming ``path`` and the field."""
     from pytest_ditgate.fsutil import loads_json
 
     try:
-        data = loads_json(settings.lock_path.read_text(encoding="utf-8"))
+        data = loads_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
+        return None
+    except (OSError, ValueError) as exc:  # not JSON, not UTF-8, a key twice, a folder
+        raise LockUnreadable(path, str(exc)) from None
+    problem = _lock_problem(data)
+    if problem:
+        raise LockUnreadable(path, f"not a fixed-paths lock: {problem}")
+    return data
+
+
+def _lock_problem(data: Any) -> str | None:
+    """Why ``data`` is not a lock's content (None when it is)."""
+    if not isinstance(data, dict):
+        return f"the file holds {type(data).__name__}, not a JSON object"
+    files = data.get("files")
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        return f"'files' must be a table of path -> sha256, got {_short(files)}"
+    if "version" in data and (not isinstance(data["version"], int) or isinstance(data["version"], bool)):
+        return f"'version' must be an integer, got {_short(data['version'])}"
+    patterns = data.get("patterns", [])
+    if not isinstance(patterns, list) or not all(isinstance(p, str) for p in patterns):
+        return f"'patterns' must be a list of strings, got {_short(patterns)}"
+    lanes = data.get("lanes", {})
+    if not isinstance(lanes, dict):
+        return f"'lanes' must be a table of lane name -> {{\"genesis\": commit}}, got {_short(lanes)}"
+    for name, lane in lanes.items():
+        if not isinstance(lane, dict) or not isinstance(lane.get("genesis", ""), str):
+            return f"'lanes.{name}' must be a table {{\"genesis\": \"<commit>\"}}, got {_short(lane)}"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def evaluate_lock(settings: LockSettings, now: dict[str, str] | None = None) -> LockVerdict:
+    """Compare the files on disk with the lock (pure decision; nothing is written). ``now`` is
+    :func:`expand` of ``settings`` when the caller already hashed the files."""
+    try:
+        data = parse_lock(settings.lock_path)
+    except LockUnreadable as exc:
+        return LockVerdict(settings.lock_path, unreadable=exc.detail)
+    if data is None:
         return LockVerdict(settings.lock_path, missing_lock=True)
-    except ValueError as exc:  # not JSON, not UTF-8, a key twice
-        return LockVerdict(settings.lock_path, unreadable=str(exc))
-    if not isinstance(data, dict) or not isinstance(data.get("files"), dict):
-        return LockVerdict(settings.lock_path, unreadable="no 'files' table")
     locked: dict[str, str] = data["files"]
     now = expand(settings) if now is None else now
     return LockVerdict(
@@ -210,24 +243,37 @@ def evaluate_lock(settings: LockSettings, now: dict[str, str] | None = None) -> 
 
 def read_lock(settings: LockSettings) -> dict[str, Any]:
     """The lock file's data (empty when missing or unreadable: :func:`evaluate_lock` reports those)."""
-    from pytest_ditgate.fsutil import loads_json
-
     try:
-        data = loads_json(settings.lock_path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        return parse_lock(settings.lock_path) or {}
+    except LockUnreadable:
         return {}
-    return data if isinstance(data, dict) else {}
+
+
+def overwrite_problem(settings: LockSettings) -> str | None:
+    """Why the lock file may not be rewritten (None when it may): it exists and is not a lock. ditgate never
+    overwrites a file it could not read as its own lock (the setting may name another file)."""
+    try:
+        parse_lock(settings.lock_path)
+    except LockUnreadable as exc:
+        return (f"refusing to overwrite {exc.path}, which cannot be read as a fixed-paths lock ({exc.detail}): if "
+                "it is a broken lock, move it away and relock; else name a file of its own in [tool.ditgate] "
+                f"fixed_paths_lock (default {DEFAULT_LOCK})")
+    return None
 
 
 def write_lock(settings: LockSettings, *, lanes: dict[str, Any] | None = None) -> int:
     """Rewrite the lock atomically from the files as they are now; returns the number of files.
 
-    The lanes' genesis hashes recorded by ``ditgate baseline`` are kept (``lanes`` adds or replaces some).
+    The lanes' genesis hashes recorded by ``ditgate baseline`` are kept (``lanes`` adds or replaces some). A file
+    at the lock's path that is not a lock is never overwritten: DitgateUsageError (:func:`overwrite_problem`).
     """
     from pytest_ditgate.fsutil import atomic_write_json, lock_for
 
     files = expand(settings)
     with lock_for(settings.lock_path):
+        problem = overwrite_problem(settings)
+        if problem:
+            raise DitgateUsageError(problem)
         kept = dict(read_lock(settings).get("lanes") or {})
         kept.update(lanes or {})
         data: dict[str, Any] = {"version": LOCK_VERSION, "patterns": list(settings.patterns), "files": files}
@@ -282,7 +328,11 @@ def pytest_configure(config: pytest.Config) -> None:
     if problems:
         raise pytest.UsageError(problems[0])
     enforced = settings.configured or bool(options.get_option(config, RELOCK))
-    config.stash[_state_key] = LockState(settings, _deliberate(config), enforced)
+    deliberate = _deliberate(config)
+    problem = overwrite_problem(settings) if enforced and deliberate else None
+    if problem:
+        raise pytest.UsageError(f"--ditgate-{deliberate}: {problem}")
+    config.stash[_state_key] = LockState(settings, deliberate, enforced)
 
 
 def missing_fixed_paths(config: pytest.Config) -> list[str]:
@@ -352,7 +402,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         return
     try:
         count = write_lock(state.settings)
-    except OSError as exc:
+    except (OSError, DitgateUsageError) as exc:
         state.summary.append(f"could not rewrite the fixed-paths lock {state.settings.lock_path}: {exc}")
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
         return

@@ -48,6 +48,10 @@ def golden_dir(config: pytest.Config, mode: str = "check") -> Path:
 
     raw = options.get_option(config, GOLDEN_DIR)
     path = project_path(config.rootpath, raw) if raw else Path(config.rootpath) / "golden"
+    if raw and _judged() and path.resolve() != (Path(config.rootpath) / "golden").resolve():
+        raise pytest.UsageError(f"--ditgate-golden-dir / ini ditgate_golden_dir = {raw}: the judge (ditgate baseline "
+                                "and experiment) reads and locks the golden store at golden/ only; remove the "
+                                "setting (from addopts or the ini file) to judge a lane")
     if path.exists() and not path.is_dir():
         raise pytest.UsageError(f"--ditgate-golden-dir={raw}: {path} is a file, not a folder (the golden store "
                                 "holds manifest.json and <device key>/*.safetensors)")
@@ -60,6 +64,15 @@ def golden_dir(config: pytest.Config, mode: str = "check") -> Path:
         if problem is not None:
             raise pytest.UsageError(f"--ditgate-golden-dir={raw}: {problem}")
     return path
+
+
+def _judged() -> bool:
+    """Whether this run is a judged child (``ditgate baseline``/``experiment`` started it)."""
+    import os
+
+    from pytest_ditgate.judged_run import OUT_ENV
+
+    return bool(os.environ.get(OUT_ENV))
 
 
 def golden_mode(config: pytest.Config) -> str:
