@@ -63,10 +63,32 @@ def uncommitted_changes(root: Path, artefacts: Path, mutable: list[str]) -> list
         skip = artefacts.resolve().relative_to(root.resolve()).as_posix() + "/"
     except ValueError:
         skip = None
-    paths = git.uncommitted(root) + git.ignored(root, list(mutable))
+    paths = git.uncommitted(root) + git.unlike_head(root) + git.ignored(root, list(mutable))
     return sorted({path for path in paths
                    if not (skip and (path.rstrip("/") + "/").startswith(skip))
                    and "__pycache__" not in path.split("/") and not path.endswith((".pyc", ".pyo"))})
+
+
+def paths_leaving_project(root: Path, mutable: list[str]) -> list[str]:
+    """The mutable paths, and the symlinks in them, that resolve outside the project: git tracks a symlink as its
+    target's name, so an edit made where it points is a change no commit holds and no diff shows."""
+    real_root = root.resolve()
+    found = []
+    for entry in mutable:
+        start = root / entry
+        candidates = [start]
+        if start.is_dir() and not start.is_symlink():
+            candidates += [path for path in start.rglob("*") if path.is_symlink()]
+        for path in candidates:
+            if not (path.is_symlink() or path == start):
+                continue
+            try:
+                path.resolve().relative_to(real_root)
+            except ValueError:
+                found.append(f"{path.relative_to(root).as_posix()} -> {path.resolve()}")
+            except OSError as exc:  # a symlink loop
+                found.append(f"{path.relative_to(root).as_posix()} ({exc})")
+    return sorted(set(found))
 
 
 def quality_contract(root: Path, project: Mapping[str, Any]) -> Path:
@@ -96,6 +118,12 @@ class Preflight:
     def refuse_uncommitted(self) -> bool:
         """Whether the working tree has changes HEAD lacks, said on stderr: a verdict recorded under HEAD would
         name code it never saw."""
+        leaving = paths_leaving_project(self.root, self.mutable)
+        if leaving:
+            print(f"ditgate: refused: mutable paths lead out of the project ({', '.join(leaving)}); what they point "
+                  "at is no part of any commit, so an edit there is judged under a HEAD that lacks it: keep the "
+                  "candidate's files inside the project", file=sys.stderr)
+            return True
         dirty = uncommitted_changes(self.root, self.artefacts, self.mutable)
         if dirty:
             shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
