@@ -290,6 +290,12 @@ def write_blob_ref(root: str | Path, ref: str, text: str) -> None:
     git(root, "update-ref", ref, blob)
 
 
+def ref_lock(root: str | Path, ref: str) -> Path:
+    """The file git creates beside ``ref`` while it moves it (``<ref>.lock``): one left by a killed git process
+    makes every later update of the ref fail."""
+    return Path(root, git(root, "rev-parse", "--git-path", f"{ref}.lock", timeout=30).strip())
+
+
 def show(root: str | Path, commit: str, path: str) -> str | None:
     """The text of ``path`` at ``commit``, or None when it does not exist there."""
     try:

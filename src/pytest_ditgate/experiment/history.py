@@ -134,14 +134,41 @@ def seal(lane: str, body: dict[str, Any], previous: dict[str, Any] | None) -> di
     return record
 
 
+def ref_lock_problem(root: Path, lane: str) -> str | None:
+    """Why the lane's tip ref cannot move now (None when it can): a ``.lock`` file beside it, which a git process
+    killed while it moved the ref leaves behind. Checked before a run, so that no verdict is decided that
+    cannot be recorded."""
+    from pytest_ditgate import git
+
+    lock = git.ref_lock(root, ref_name(lane))
+    if not lock.exists():
+        return None
+    return (f"lane {lane!r}: its tip ref {ref_name(lane)} is locked ({lock} exists): another git process is moving "
+            "it, or one was killed while it did; wait for it to end, or, if none runs, remove that file")
+
+
 def append(root: Path, path: Path, record: dict[str, Any]) -> dict[str, Any]:
-    """Append a sealed record and move the tip ref to it."""
+    """Append a sealed record and move the tip ref to it, as one change: when the ref cannot move (a stale
+    ``.lock`` beside it, a full disk), the file is cut back to its length before the append, so the history and
+    its tip never disagree (which would make the lane 12 for every later experiment). :class:`HistoryError`
+    says why."""
+    import os
+
     from pytest_ditgate import git
     from pytest_ditgate.fsutil import append_line
 
     lane = record["lane"]
     path.parent.mkdir(parents=True, exist_ok=True)
+    length = path.stat().st_size if path.exists() else 0
     append_line(path, json.dumps(record, sort_keys=True, default=str), fsync=True)
-    git.write_blob_ref(root, ref_name(lane), json.dumps({"lane": lane, "seq": record["seq"], "hash": record["hash"],
-                                                        "path": _relative(root, path)}, sort_keys=True))
+    try:
+        git.write_blob_ref(root, ref_name(lane), json.dumps({"lane": lane, "seq": record["seq"], "hash": record["hash"],
+                                                            "path": _relative(root, path)}, sort_keys=True))
+    except BaseException as exc:
+        with open(path, "r+b") as handle:
+            handle.truncate(length)
+            os.fsync(handle.fileno())
+        if isinstance(exc, git.GitError):
+            raise HistoryError(f"{ref_lock_problem(root, lane) or exc}; the record was not kept") from None
+        raise
     return record

@@ -121,6 +121,10 @@ class Judge:
                 return self.finish(lane_history, best, changed, None)
             if self.preflight.refuse_uncommitted():
                 return EXIT_USAGE
+            ref_locked = history.ref_lock_problem(self.root, self.lane.name)
+            if ref_locked:  # the verdict could not be recorded: say so before the run, not after it
+                print(f"ditgate: refused: {ref_locked}", file=sys.stderr)
+                return EXIT_USAGE
             judged_files = self.preflight.judged_files(known=self.preflight.fixed_files)  # the lock's: hashed
             out = self.new_run_folder()
             before = time.perf_counter()

@@ -36,6 +36,10 @@ def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[
     problems = [p for p in (git.work_tree_problem(root),) if p]
     if not problems:
         problems += [p for p in (git.branch_problem(root), git.identity_problem(root)) if p]
+    if not problems:
+        from pytest_ditgate.experiment.history import ref_lock_problem
+
+        problems += [p for p in (ref_lock_problem(root, history_file.stem),) if p]
     if history_file.exists():
         problems.append(f"the lane history {history_file} exists, but no baseline of the lane is recorded (neither "
                         "the fixed-paths lock nor the lane's git ref names it): move it away before a new baseline")

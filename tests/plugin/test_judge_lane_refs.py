@@ -1,0 +1,61 @@
+"""The lane's history and the git refs that pin it change together, and what they name stays reachable: a
+tip ref that cannot move leaves no record behind, and a detached HEAD is refused (each case a copy of the
+baselined synthetic project; ``judge_project``)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from judge_project import Project
+
+REF = "refs/ditgate/lanes/fwd"
+
+
+def history_text(p: Project) -> str:
+    return (p.root / ".ditgate" / "lanes" / "fwd.jsonl").read_text()
+
+
+def stale_ref_lock(p: Project):
+    lock = p.root / ".git" / "refs" / "ditgate" / "lanes" / "fwd.lock"
+    lock.write_text("")
+    return lock
+
+
+def test_a_record_whose_tip_ref_cannot_move_is_rolled_back(judged: Project) -> None:
+    """Before: the record stayed in the history while the ref named the one before it, and every later
+    experiment was 12 ("ends at record 2, but the tip ref names record 1")."""
+    from pytest_ditgate.experiment import history
+
+    from pytest_ditgate.golden.fixed_paths import LockSettings, read_lock
+
+    before = history_text(judged)
+
+    genesis = read_lock(LockSettings.from_rootdir(judged.root))["lanes"]["fwd"]["genesis"]
+    lane = history.read_history(judged.root, judged.root / ".ditgate", "fwd", genesis_hash=genesis)
+    record = history.seal("fwd", {"kind": "experiment", "label": "discard-performance"}, lane.tip)
+    lock = stale_ref_lock(judged)
+    with pytest.raises(history.HistoryError, match="fwd.lock exists.*remove that file.*not kept"):
+        history.append(judged.root, lane.path, record)
+    assert history_text(judged) == before
+    lock.unlink()
+    again = history.read_history(judged.root, judged.root / ".ditgate", "fwd", genesis_hash=genesis)
+    assert again.tip == lane.tip
+    history.append(judged.root, lane.path, record)  # the lane goes on
+    assert history.read_history(judged.root, judged.root / ".ditgate", "fwd", genesis_hash=genesis).tip == record
+
+
+@pytest.mark.slow
+def test_a_stale_ref_lock_is_refused_before_the_run(judged: Project) -> None:
+    """Before: the run went ahead and ended CRASH 15 with the record appended, the ledger saying crash."""
+    before = history_text(judged)
+    tip = judged.sh("git", "cat-file", "blob", REF).stdout
+    stale_ref_lock(judged)
+    judged.commit("empty")
+    result = judged.experiment()
+    assert result.returncode == 4, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "fwd.lock exists" in result.stderr and "remove that file" in result.stderr
+    assert "judged run:" not in result.stdout
+    assert history_text(judged) == before and judged.sh("git", "cat-file", "blob", REF).stdout == tip
+    assert json.loads(tip)["seq"] == len(before.splitlines()) - 1
