@@ -59,3 +59,41 @@ def test_a_stale_ref_lock_is_refused_before_the_run(judged: Project) -> None:
     assert "judged run:" not in result.stdout
     assert history_text(judged) == before and judged.sh("git", "cat-file", "blob", REF).stdout == tip
     assert json.loads(tip)["seq"] == len(before.splitlines()) - 1
+
+
+BEST = "refs/ditgate/best/fwd"
+
+
+@pytest.mark.slow
+def test_an_experiment_on_a_detached_head_is_refused(judged: Project) -> None:
+    """Before: it was judged, and a KEEP there was a commit of no branch: once the branch moved and git
+    collected its garbage, the lane was 12 for ever ("cannot diff against the best's commit")."""
+    before = history_text(judged)
+    judged.commit("empty")
+    assert judged.sh("git", "checkout", "-q", "--detach").returncode == 0
+    result = judged.experiment()
+    assert result.returncode == 4, result.stdout[-3000:] + result.stderr[-2000:]
+    assert "HEAD is detached" in result.stderr and "check out a branch first" in result.stderr
+    assert history_text(judged) == before
+
+
+@pytest.mark.slow
+def test_the_lane_best_is_pinned_so_gc_keeps_it(judged: Project) -> None:
+    """The baseline pins its commit as the lane's first best; a lane recorded without the pin gets it at its
+    next record; a best off every branch survives ``git gc``."""
+    from pytest_ditgate import git
+
+    anchor = json.loads(history_text(judged).splitlines()[-1])["best"]["commit"]
+    assert git.rev(judged.root, BEST) == anchor
+    assert judged.sh("git", "update-ref", "-d", BEST).returncode == 0
+    judged.write("notes.txt", "scratch\n")
+    judged.commit("notes")
+    assert judged.experiment().returncode == 13  # recorded before any child runs
+    assert git.rev(judged.root, BEST) == anchor
+    assert judged.sh("git", "checkout", "-q", "--orphan", "elsewhere").returncode == 0
+    judged.commit("a branch that shares nothing with the lane")
+    assert judged.sh("git", "branch", "-D", "master").returncode == 0 or \
+        judged.sh("git", "branch", "-D", "main").returncode == 0
+    for argv in (("git", "reflog", "expire", "--expire=now", "--all"), ("git", "gc", "-q", "--prune=now")):
+        assert judged.sh(*argv).returncode == 0
+    assert judged.sh("git", "cat-file", "-e", f"{anchor}^{{commit}}").returncode == 0

@@ -17,6 +17,9 @@ from typing import Any
 
 HISTORY_DIR = "lanes"
 REF_PREFIX = "refs/ditgate/lanes/"
+#: the lane best's commit, pinned: the judge diffs against it and checks it out for its comparator, so git's
+#: garbage collection must never drop it, wherever the branch has moved since
+BEST_PREFIX = "refs/ditgate/best/"
 
 
 class HistoryError(RuntimeError):
@@ -38,6 +41,19 @@ def history_path(artefacts: Path, lane: str) -> Path:
 
 def ref_name(lane: str) -> str:
     return REF_PREFIX + _safe(lane)
+
+
+def best_ref_name(lane: str) -> str:
+    return BEST_PREFIX + _safe(lane)
+
+
+def pin_best(root: Path, lane: str, commit: str) -> None:
+    """Point the lane's best ref at ``commit`` (done before the record that names it is appended: a record's best
+    is never unpinned)."""
+    from pytest_ditgate import git
+
+    if git.rev(root, best_ref_name(lane)) != commit:
+        git.git(root, "update-ref", best_ref_name(lane), commit)
 
 
 @dataclass

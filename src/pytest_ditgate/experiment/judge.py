@@ -112,6 +112,10 @@ class Judge:
 
         path = history.history_path(self.artefacts, self.lane.name)
         with lock_for(path.with_suffix(".run")):  # concurrent experiments on one lane run one after the other
+            branch = git.work_tree_problem(self.root) or git.branch_problem(self.root)
+            if branch:  # a KEEP there belongs to no branch: once HEAD moves on, git deletes the lane's best
+                print(f"ditgate: refused: {branch}", file=sys.stderr)
+                return EXIT_USAGE
             self.preflight.check_environment()
             self.preflight.check_lock()
             self.preflight.check_own_modules()
@@ -261,6 +265,9 @@ class Judge:
             if lane_history is not None:
                 try:
                     record = history.seal(self.lane.name, history_body(verdict, detail), lane_history.tip)
+                    pinned = (record.get("best") or best or {}).get("commit")
+                    if pinned:  # a lane recorded before best refs existed gets its best pinned here
+                        history.pin_best(self.root, self.lane.name, pinned)
                     history.append(self.root, lane_history.path, record)
                     self.publisher.mirror_best(record.get("best"), facts.arch)
                 except Exception as exc:  # the history is the truth: no record, no KEEP
