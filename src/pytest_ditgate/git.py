@@ -109,6 +109,17 @@ def changed_since(root: str | Path, commit: str) -> list[str]:
     return sorted(changed)
 
 
+def changed_between(root: str | Path, old: str, new: str) -> list[str]:
+    """Every path that differs between the commits ``old`` and ``new``, sorted."""
+    return sorted(set(_paths(git(root, "diff", "--name-only", "-z", "--no-renames", "--ignore-submodules=none",
+                                 old, new))))
+
+
+def distance(root: str | Path, ancestor: str, descendant: str) -> int:
+    """How many commits ``descendant`` is past ``ancestor`` (``git rev-list --count``)."""
+    return int(git(root, "rev-list", "--count", f"{ancestor}..{descendant}").strip() or 0)
+
+
 def dirty(root: str | Path) -> bool:
     return bool(git(root, "status", "--porcelain").strip())
 

@@ -97,3 +97,41 @@ def test_the_lane_best_is_pinned_so_gc_keeps_it(judged: Project) -> None:
     for argv in (("git", "reflog", "expire", "--expire=now", "--all"), ("git", "gc", "-q", "--prune=now")):
         assert judged.sh(*argv).returncode == 0
     assert judged.sh("git", "cat-file", "-e", f"{anchor}^{{commit}}").returncode == 0
+
+
+LANE_TWO = """[tool.ditgate.lanes.two]
+tests = ["tests/gates/test_two.py"]
+class = "exact"
+required = ["*test_quality*"]
+
+"""
+
+
+@pytest.mark.slow
+def test_another_lanes_baseline_is_no_change_of_this_lane(judged: Project) -> None:
+    """Before: the second lane's baseline commit (its goldens, the manifest, the lock, its lane's settings)
+    counted as fixed-path changes since the first lane's anchors, and the first lane was 12 for ever. Only
+    what that recorded baseline commit itself changed is the maintainer's: a change before it still counts."""
+    from judge_project import GATE
+
+    judged.write("notes.txt", "scratch\n")
+    judged.commit("notes, before the second lane's baseline")
+    pyproject = (judged.root / "pyproject.toml").read_text()
+    judged.write("pyproject.toml", pyproject.replace("[tool.pytest.ini_options]",
+                                                     LANE_TWO + "[tool.pytest.ini_options]"))
+    judged.write("tests/gates/test_two.py", GATE.replace('"case0"', '"two0"'))
+    done = judged.ditgate("baseline", "--lane", "two")
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-2000:]
+    changed = judged.sh("git", "show", "--name-only", "--format=", "HEAD").stdout.split()
+    assert "golden/fixed_paths.lock.json" in changed and "pyproject.toml" in changed
+
+    counted = judged.experiment()
+    assert counted.returncode == 13, counted.stdout[-3000:] + counted.stderr[-2000:]
+    assert "notes.txt: outside the mutable paths" in counted.stdout
+    assert "golden/" not in counted.stdout and "pyproject.toml" not in counted.stdout
+
+    assert judged.sh("git", "rm", "-q", "notes.txt").returncode == 0
+    judged.commit("no notes")
+    result = judged.experiment()
+    assert result.returncode in (0, 11), result.stdout[-3000:] + result.stderr[-2000:]
+    assert "changed since the lane's anchors" not in result.stdout

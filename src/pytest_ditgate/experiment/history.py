@@ -135,6 +135,25 @@ def read_history(root: Path, artefacts: Path, lane: str, *, genesis_hash: str | 
     return LaneHistory(lane, path, records)
 
 
+def baseline_commits(root: Path, artefacts: Path, lanes: dict[str, Any], lane: str) -> list[tuple[str, str]]:
+    """``(lane, commit)`` of every other lane's baseline commit, each read from that lane's history verified as
+    the judge verifies its own (the genesis the lock pins, the chain, the tip ref); a lane whose history does
+    not hold names none. Such a commit is a maintainer's step that relocks and commits the fixed paths: the
+    scope check of ``lane`` takes the changes it made as the maintainer's (``Preflight.check_scope``)."""
+    found = []
+    for other, entry in sorted(lanes.items()):
+        genesis = entry.get("genesis") if isinstance(entry, dict) else None
+        if other == lane or not genesis:
+            continue
+        try:
+            anchor = read_history(root, artefacts, other, genesis_hash=genesis).anchor
+        except HistoryError:
+            continue
+        if anchor:
+            found.append((other, anchor))
+    return found
+
+
 def _relative(root: Path, path: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()

@@ -119,8 +119,9 @@ class Judge:
             self.preflight.check_environment()
             self.preflight.check_lock()
             self.preflight.check_own_modules()
-            genesis = (read_lock(self.lock).get("lanes") or {}).get(self.lane.name, {}).get("genesis")
-            lane_history, best, changed = self.read_history(genesis)
+            lanes = read_lock(self.lock).get("lanes") or {}
+            genesis = lanes.get(self.lane.name, {}).get("genesis")
+            lane_history, best, changed = self.read_history(genesis, lanes)
             if self.preflight.problems:
                 return self.finish(lane_history, best, changed, None)
             if self.preflight.refuse_uncommitted():
@@ -177,9 +178,11 @@ class Judge:
             return code
 
     # -- the steps ----------------------------------------------------------------------------------
-    def read_history(self, genesis: str | None) -> tuple[Any, dict[str, Any] | None, list[str] | None]:
+    def read_history(self, genesis: str | None, lanes: dict[str, Any]) -> tuple[Any, dict[str, Any] | None,
+                                                                                  list[str] | None]:
         """The lane's history, its best and the paths changed since the anchors (each None where the history
-        does not hold, which is a problem)."""
+        does not hold, which is a problem). ``lanes``: the lock's lanes, whose recorded baseline commits are the
+        maintainer's changes, not this lane's."""
         lane_history = best = changed = None
         try:
             lane_history = history.read_history(self.root, self.artefacts, self.lane.name, genesis_hash=genesis)
@@ -187,7 +190,9 @@ class Judge:
             anchor = lane_history.anchor
             if anchor is None or not git.is_ancestor(self.root, anchor):
                 raise history.HistoryError(f"the lane's baseline commit {anchor} is not an ancestor of HEAD")
-            changed = self.preflight.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])])
+            others = history.baseline_commits(self.root, self.artefacts, lanes, self.lane.name)
+            changed = self.preflight.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])],
+                                                 others)
         except history.HistoryError as exc:
             self.preflight.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
         return lane_history, best, changed

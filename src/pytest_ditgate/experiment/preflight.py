@@ -200,19 +200,43 @@ class Preflight:
                 self.problems.append((Category.INTEGRITY, f"the judge imported {name} from {relative}, which the "
                                                           "fixed-paths lock does not cover"))
 
-    def check_scope(self, anchors: list[tuple[str, str]]) -> list[str]:
+    def check_scope(self, anchors: list[tuple[str, str]], baselines: list[tuple[str, str]] = ()) -> list[str]:
+        """The paths changed since each anchor, their scope problems added. ``baselines``: ``(lane, commit)`` of
+        other lanes' recorded baseline commits; what such a commit itself changed (its goldens, manifest and
+        lock) is not this lane's change, when it lies between the anchor and HEAD (see
+        :meth:`_changed_besides_baselines`)."""
         artefacts = self._relative(self.artefacts)
         fixed = self.fixed_patterns()
         changed: set[str] = set()
         for label, commit in anchors:
             try:
-                paths = git.changed_since(self.root, commit)
+                paths = self._changed_besides_baselines(commit, baselines)
             except git.GitError as exc:
                 self.problems.append((Category.INTEGRITY, f"cannot diff against the {label} {commit[:12]}: {exc}"))
                 continue
             changed.update(p for p in paths if not (artefacts and (p + "/").startswith(artefacts)))
         self.problems.extend(scope_problems(sorted(changed), self.mutable, fixed))
         return sorted(changed)
+
+    def _changed_besides_baselines(self, anchor: str, baselines: list[tuple[str, str]] | tuple = ()) -> list[str]:
+        """The paths changed since ``anchor``, less those that only other lanes' baseline commits changed: the
+        history from the anchor to the working tree is cut at each such commit between the anchor and HEAD, and
+        a path counts where it changed in a piece between them (a change made before or after a baseline
+        commit, or uncommitted, still counts; a change the baseline commit made does not)."""
+        paths = set(git.changed_since(self.root, anchor))
+        inside = {commit for _, commit in baselines
+                  if commit != anchor and git.is_ancestor(self.root, anchor, commit) and git.is_ancestor(self.root, commit)}
+        if not paths or not inside:
+            return sorted(paths)
+        touched: set[str] = set()
+        start = anchor
+        for commit in sorted(inside, key=lambda c: git.distance(self.root, anchor, c)):
+            parent = git.rev(self.root, f"{commit}^")
+            if parent and parent != start:
+                touched.update(git.changed_between(self.root, start, parent))
+            start = commit
+        touched.update(git.changed_since(self.root, start))
+        return sorted(paths & touched)
 
     def _relative(self, path: Path) -> str | None:
         try:
