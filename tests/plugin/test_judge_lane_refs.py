@@ -90,6 +90,11 @@ def test_the_lane_best_is_pinned_so_gc_keeps_it(judged: Project) -> None:
     judged.commit("notes")
     assert judged.experiment().returncode == 13  # recorded before any child runs
     assert git.rev(judged.root, BEST) == anchor
+    from pytest_ditgate.experiment.history import pin_best
+
+    pin_best(judged.root, "fwd", "0" * 12)  # a best git no longer has: left to the scope check's 12
+    pin_best(judged.root, "fwd", anchor[:12])  # a KEEP record names its commit short
+    assert git.rev(judged.root, BEST) == anchor
     assert judged.sh("git", "checkout", "-q", "--orphan", "elsewhere").returncode == 0
     judged.commit("a branch that shares nothing with the lane")
     assert judged.sh("git", "branch", "-D", "master").returncode == 0 or \

@@ -49,11 +49,13 @@ def best_ref_name(lane: str) -> str:
 
 def pin_best(root: Path, lane: str, commit: str) -> None:
     """Point the lane's best ref at ``commit`` (done before the record that names it is appended: a record's best
-    is never unpinned)."""
+    is never unpinned). A commit git no longer has is left unpinned: the scope check already refuses the run
+    (12), and that verdict is still recorded."""
     from pytest_ditgate import git
 
-    if git.rev(root, best_ref_name(lane)) != commit:
-        git.git(root, "update-ref", best_ref_name(lane), commit)
+    full = git.rev(root, commit)
+    if full is not None and git.rev(root, best_ref_name(lane)) != full:
+        git.git(root, "update-ref", best_ref_name(lane), full)
 
 
 @dataclass
