@@ -60,20 +60,23 @@ def lock_for(path: str | os.PathLike[str]):
     return FileLock(str(target) + ".lock", thread_local=False)
 
 
-def append_line(path: str | os.PathLike[str], line: str, *, fsync: bool = False) -> None:
+def append_line(path: str | os.PathLike[str], line: str, *, fsync: bool = False, header: str | None = None) -> None:
     """Append one line under a file lock with a single ``write`` call, so no reader sees half a line.
 
     Newline-safe: when the file does not end in a newline (a writer was killed mid-line), the torn tail
     is closed first, so the new record starts on its own line and only the torn one is lost (readers
-    report it), never the new one glued onto it.
+    report it), never the new one glued onto it. ``header``: a first line, written (in the same ``write``)
+    only when the file is empty, as a table's column names.
     """
-    if "\n" in line or "\r" in line:
+    if any("\n" in text or "\r" in text for text in (line, header or "")):
         raise ValueError("a ledger line must not contain a newline")
     data = (line + "\n").encode("utf-8")
     with lock_for(path):
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
+            if header is not None and not size:
+                data = (header + "\n").encode("utf-8") + data
             if size and os.pread(fd, 1, size - 1) != b"\n":
                 data = b"\n" + data
             view = memoryview(data)

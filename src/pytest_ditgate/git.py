@@ -88,12 +88,36 @@ def is_ancestor(root: str | Path, ancestor: str, descendant: str = "HEAD") -> bo
         return False
 
 
+#: ``git -c`` settings of every call that reads the working tree's state: a file system monitor (a hook the
+#: user configures) answers for git without git looking at the files
+_UNMONITORED = ("-c", "core.fsmonitor=false", "-c", "core.untrackedCache=false")
+
+
+def _paths(out: str) -> list[str]:
+    """The paths of a ``-z`` listing (NUL-separated, never quoted: a name such as ``ümlaut.py`` stays itself)."""
+    return [path for path in out.split("\0") if path]
+
+
 def changed_since(root: str | Path, commit: str) -> list[str]:
     """Every path that differs between ``commit`` and the working tree: committed, staged, unstaged and
-    untracked (files git ignores are the lock's business, not scope's)."""
-    changed = set(git(root, "diff", "--name-only", "--no-renames", commit).splitlines())
-    changed.update(git(root, "ls-files", "--others", "--exclude-standard").splitlines())
-    return sorted(path for path in changed if path.strip())
+    untracked (files git ignores are the lock's business, not scope's), submodules included whatever the
+    user's ``diff.ignoreSubmodules`` or ``.gitmodules`` says. Paths are read with ``-z``: without it git quotes
+    a non-ASCII name (``"candidate/\\303\\274mlaut.py"``), which then matches no mutable path."""
+    changed = set(_paths(git(root, *_UNMONITORED, "diff", "--name-only", "-z", "--no-renames",
+                             "--ignore-submodules=none", commit)))
+    changed.update(_paths(git(root, *_UNMONITORED, "ls-files", "-z", "--others", "--exclude-standard")))
+    return sorted(changed)
+
+
+def changed_between(root: str | Path, old: str, new: str) -> list[str]:
+    """Every path that differs between the commits ``old`` and ``new``, sorted."""
+    return sorted(set(_paths(git(root, "diff", "--name-only", "-z", "--no-renames", "--ignore-submodules=none",
+                                 old, new))))
+
+
+def distance(root: str | Path, ancestor: str, descendant: str) -> int:
+    """How many commits ``descendant`` is past ``ancestor`` (``git rev-list --count``)."""
+    return int(git(root, "rev-list", "--count", f"{ancestor}..{descendant}").strip() or 0)
 
 
 def dirty(root: str | Path) -> bool:
@@ -103,13 +127,65 @@ def dirty(root: str | Path) -> bool:
 def uncommitted(root: str | Path) -> list[str]:
     """Every path whose working-tree state is not its committed state: staged, unstaged, untracked (files git
     ignores are not listed), relative to the repository's top level, sorted."""
-    out = git(root, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames")
+    out = git(root, *_UNMONITORED, "status", "--porcelain=v1", "-z", "--untracked-files=all", "--no-renames",
+              "--ignore-submodules=none")
     return sorted({entry[3:] for entry in out.split("\0") if len(entry) > 3})
+
+
+def toplevel(root: str | Path) -> Path:
+    """The repository's top folder (the paths git lists are relative to it)."""
+    return Path(git(root, "rev-parse", "--show-toplevel", timeout=30).strip())
+
+
+def _object_id(data: bytes, kind: str, algorithm: str) -> str:
+    import hashlib
+
+    return hashlib.new(algorithm, f"{kind} {len(data)}\0".encode() + data).hexdigest()
+
+
+def unlike_head(root: str | Path) -> list[str]:
+    """Every path HEAD tracks whose working-tree state is not HEAD's, found by hashing the bytes, not by asking
+    ``git status``: a file marked ``--skip-worktree`` or ``--assume-unchanged`` (flags the user sets, which
+    ``git status`` and ``git diff`` obey) is listed when its bytes differ from its blob; a symlink when its
+    target differs; a submodule when its checked-out commit differs or its own tree has changes. Files are
+    read as they are, no clean filter or end-of-line conversion applied (both are the user's settings): a
+    file git stores through one reads as changed. Relative to the repository's top level, sorted."""
+    top = toplevel(root)
+    algorithm = git(root, "rev-parse", "--show-object-format", timeout=30, check=False).strip() or "sha1"
+    listing = git(root, "ls-tree", "-r", "-z", "--full-tree", "HEAD")
+    changed = []
+    for entry in _paths(listing):
+        meta, _, path = entry.partition("\t")
+        mode, kind, oid = meta.split()
+        file = top / path
+        try:
+            if mode == "120000":
+                same = os.path.islink(file) and _object_id(os.fsencode(os.readlink(file)), "blob", algorithm) == oid
+            elif mode == "160000":
+                same = _submodule_clean(file, oid)
+            else:
+                same = (not file.is_symlink() and file.is_file()
+                        and _object_id(file.read_bytes(), "blob", algorithm) == oid)
+        except OSError:
+            same = False
+        if not same:
+            changed.append(path)
+    return sorted(changed)
+
+
+def _submodule_clean(folder: Path, oid: str) -> bool:
+    """Whether the submodule at ``folder`` has ``oid`` checked out with nothing changed in it (an absent,
+    uninitialised submodule is clean: no file of it can run)."""
+    if not (folder / ".git").exists():
+        return not any(folder.iterdir()) if folder.is_dir() else not folder.exists()
+    if head(folder) != oid:
+        return False
+    return not uncommitted(folder) and not unlike_head(folder)
 
 
 def untracked(root: str | Path) -> set[str]:
     """Untracked files git does not ignore, relative to ``root``."""
-    return {line for line in git(root, "ls-files", "-z", "--others", "--exclude-standard").split("\0") if line}
+    return set(_paths(git(root, *_UNMONITORED, "ls-files", "-z", "--others", "--exclude-standard")))
 
 
 def ignored(root: str | Path, paths: list[str]) -> list[str]:
@@ -223,6 +299,12 @@ def write_blob_ref(root: str | Path, ref: str, text: str) -> None:
     """Store ``text`` as a blob and point ``ref`` at it (outside every branch: ``git reset`` keeps it)."""
     blob = git(root, "hash-object", "-w", "--stdin", stdin=text).strip()
     git(root, "update-ref", ref, blob)
+
+
+def ref_lock(root: str | Path, ref: str) -> Path:
+    """The file git creates beside ``ref`` while it moves it (``<ref>.lock``): one left by a killed git process
+    makes every later update of the ref fail."""
+    return Path(root, git(root, "rev-parse", "--git-path", f"{ref}.lock", timeout=30).strip())
 
 
 def show(root: str | Path, commit: str, path: str) -> str | None:

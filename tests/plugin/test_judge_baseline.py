@@ -128,6 +128,47 @@ def test_a_red_baseline_run_keeps_no_golden_and_no_lock(tmp_path: Path) -> None:
     assert not (p.root / "golden").exists()
 
 
+#: a project conftest whose session end takes a while before the freezing run's relock (which runs last)
+SLOW_SESSION_END = """
+import time
+
+import pytest
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_sessionfinish(session):
+    time.sleep(3)
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_waits_for_the_freezing_run_to_end_before_the_tree_is_put_back(tmp_path: Path,
+                                                                              ctrl_c_delivered) -> None:
+    """Before: the judge put the tree back at once, while its interrupted child was still in its session's end,
+    whose relock then rewrote the fixed-paths lock of a tree with no baseline."""
+    marker = tmp_path / "in-the-test"
+    gate = GATE.replace('    golden.check("case0", {"act": candidate(data())}, compare=compare)\n',
+                        '    golden.check("case0", {"act": candidate(data())}, compare=compare)\n'
+                        f'    open({str(marker)!r}, "w").close()\n'
+                        '    __import__("time").sleep(120)\n')
+    assert gate != GATE
+    p = create(tmp_path / "project", gate=gate)
+    p.write("conftest.py", SLOW_SESSION_END)
+    p.commit("a slow session end")
+    before = tree_state(p)
+    process = subprocess.Popen([str(BIN / "ditgate"), "baseline", "--lane", "fwd"], cwd=p.root, env=clean_env(),
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 300
+    while not marker.exists() and time.monotonic() < deadline:  # the freezing run is in its quality test
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGINT)  # as a terminal's Ctrl-C: the whole process group
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == 130, out[-2000:] + err[-2000:]
+    assert "the tree is as it was before" in err
+    time.sleep(6)  # a child still running would relock within this
+    assert tree_state(p) == before
+
+
 @pytest.mark.slow
 def test_ctrl_c_during_a_baseline_leaves_the_tree_as_it_was(tmp_path: Path, ctrl_c_delivered) -> None:
     p = create(tmp_path / "project")

@@ -55,6 +55,20 @@ def test_ledger_tsv_and_best(tmp_path) -> None:
     assert load_best(tmp_path, "fwd", "sm_86") is None
 
 
+def test_a_torn_ledger_row_loses_only_itself(tmp_path) -> None:
+    """A writer killed mid-row leaves no newline: the next row was glued onto the torn one, and the summary
+    dropped that experiment with it."""
+    append_experiment(tmp_path, {"status": "keep", "description": "first"}, {"x": 1})
+    with (tmp_path / "results.tsv").open("a") as handle:
+        handle.write("2026-12-08T01:00:00\tabc")  # the killed writer's half row
+    append_experiment(tmp_path, {"status": "discard-performance", "description": "after the tear"}, {"x": 2})
+    skipped: list[str] = []
+    rows = read_results(tmp_path, skipped)
+    assert [(r["status"], r["description"]) for r in rows] == [("keep", "first"),
+                                                               ("discard-performance", "after the tear")]
+    assert skipped and "(3)" in skipped[0]  # the torn row, named; never guessed at
+
+
 @pytest.mark.parametrize(("text", "problem"), [
     ("{half", "not valid JSON"),
     ("{}", "no 'objective' object"),

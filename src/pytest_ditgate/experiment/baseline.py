@@ -64,6 +64,8 @@ class BaselineTransaction:
     def undo(self, snapshot: TreeSnapshot, why: str) -> None:
         """Put the tree back as the snapshot found it, saying why and what could not be put back."""
         problems = snapshot.restore()
+        if snapshot.ref is not None:  # the lane had no history before: nor has it a best to pin
+            git.git(self.root, "update-ref", "-d", history.best_ref_name(self.lane), check=False)
         print(f"ditgate: baseline of lane {self.lane!r} not recorded ({why}); the tree is as it was before "
               "(no goldens, lock change, commit or history kept)" if not problems else
               f"ditgate: baseline of lane {self.lane!r} not recorded ({why}); could NOT restore: "
@@ -87,6 +89,7 @@ class BaselineTransaction:
         anchor = git.commit_all(self.root, f"ditgate baseline: lane {self.lane}")
         detail["commit"] = row["commit"] = git.short(anchor)
         path = self.history_file
+        history.pin_best(self.root, self.lane, anchor)
         history.append(self.root, path, genesis)
         best = {"objective": {k: verdict.objective[k] for k in ("ratio", "ci_low", "ci_high", "metric")},
                 "commit": anchor, "time_utc": detail["time_utc"], "candidate_config": facts.candidate_config,

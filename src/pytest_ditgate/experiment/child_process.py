@@ -24,6 +24,8 @@ if TYPE_CHECKING:
 #: cores a no-op's re-measure against the lane best can read 0.79 (CI 0.19..0.92), enough to keep it, because
 #: calls take 1.4 ms or, whenever a thread of the child's pool waits for the core, 5.6 ms (a third of them)
 OVERLAP_MIN_CPUS = 8
+#: how long the judge waits, after a Ctrl-C, for its child to end on its own before it kills it
+INTERRUPT_GRACE_S = 60.0
 
 
 def run_child(root: Path, lane: LaneSpec, declared: str, judge_env: Mapping[str, str], out: Path, *, freeze: bool,
@@ -59,12 +61,49 @@ def run_child(root: Path, lane: LaneSpec, declared: str, judge_env: Mapping[str,
         if overlap:
             _warm_imports()  # while the child runs: the comparison's imports cost the judge no wall time
     finally:
-        returncode = child.wait()
+        returncode, interrupted = wait_through_interrupts(child)
         left = end_descendants()
         pump.finish()
     if left:
         print(f"ditgate: ended {len(left)} process(es) the child left running: {', '.join(left[:3])}", flush=True)
+    if interrupted:  # only now: the caller puts the tree back, which the child may no longer write to
+        raise KeyboardInterrupt
     return returncode
+
+
+def wait_through_interrupts(child: subprocess.Popen, grace_s: float = INTERRUPT_GRACE_S) -> tuple[int, bool]:
+    """Wait for ``child`` to end, Ctrl-C or not: ``(exit code, interrupted)``. A Ctrl-C at a terminal reaches
+    the child too, which then still runs its session's end (a freezing run rewrites the fixed-paths lock
+    there); a baseline that put its tree back meanwhile would find the lock rewritten after it. So the judge
+    waits for the child, up to ``grace_s`` after the first Ctrl-C, and kills it at a second one or then."""
+    import time
+
+    interrupted = False
+    deadline: float | None = None
+    while True:
+        try:
+            if deadline is None:
+                return child.wait(), interrupted
+            return child.wait(timeout=max(0.0, deadline - time.monotonic())), interrupted
+        except KeyboardInterrupt:
+            if interrupted:
+                _kill(child)
+                deadline = None
+            else:
+                interrupted = True
+                deadline = time.monotonic() + grace_s
+                print("ditgate: interrupted: waiting for the lane's tests to end (Ctrl-C again to kill them)",
+                      file=sys.stderr, flush=True)
+        except subprocess.TimeoutExpired:
+            _kill(child)
+            deadline = None
+
+
+def _kill(child: subprocess.Popen) -> None:
+    try:
+        child.kill()
+    except OSError:
+        pass
 
 
 def child_env(judge_env: Mapping[str, str]) -> dict[str, str]:

@@ -17,6 +17,9 @@ from typing import Any
 
 HISTORY_DIR = "lanes"
 REF_PREFIX = "refs/ditgate/lanes/"
+#: the lane best's commit, pinned: the judge diffs against it and checks it out for its comparator, so git's
+#: garbage collection must never drop it, wherever the branch has moved since
+BEST_PREFIX = "refs/ditgate/best/"
 
 
 class HistoryError(RuntimeError):
@@ -38,6 +41,21 @@ def history_path(artefacts: Path, lane: str) -> Path:
 
 def ref_name(lane: str) -> str:
     return REF_PREFIX + _safe(lane)
+
+
+def best_ref_name(lane: str) -> str:
+    return BEST_PREFIX + _safe(lane)
+
+
+def pin_best(root: Path, lane: str, commit: str) -> None:
+    """Point the lane's best ref at ``commit`` (done before the record that names it is appended: a record's best
+    is never unpinned). A commit git no longer has is left unpinned: the scope check already refuses the run
+    (12), and that verdict is still recorded."""
+    from pytest_ditgate import git
+
+    full = git.rev(root, commit)
+    if full is not None and git.rev(root, best_ref_name(lane)) != full:
+        git.git(root, "update-ref", best_ref_name(lane), full)
 
 
 @dataclass
@@ -119,6 +137,25 @@ def read_history(root: Path, artefacts: Path, lane: str, *, genesis_hash: str | 
     return LaneHistory(lane, path, records)
 
 
+def baseline_commits(root: Path, artefacts: Path, lanes: dict[str, Any], lane: str) -> list[tuple[str, str]]:
+    """``(lane, commit)`` of every other lane's baseline commit, each read from that lane's history verified as
+    the judge verifies its own (the genesis the lock pins, the chain, the tip ref); a lane whose history does
+    not hold names none. Such a commit is a maintainer's step that relocks and commits the fixed paths: the
+    scope check of ``lane`` takes the changes it made as the maintainer's (``Preflight.check_scope``)."""
+    found = []
+    for other, entry in sorted(lanes.items()):
+        genesis = entry.get("genesis") if isinstance(entry, dict) else None
+        if other == lane or not genesis:
+            continue
+        try:
+            anchor = read_history(root, artefacts, other, genesis_hash=genesis).anchor
+        except HistoryError:
+            continue
+        if anchor:
+            found.append((other, anchor))
+    return found
+
+
 def _relative(root: Path, path: Path) -> str:
     try:
         return path.resolve().relative_to(root.resolve()).as_posix()
@@ -134,14 +171,41 @@ def seal(lane: str, body: dict[str, Any], previous: dict[str, Any] | None) -> di
     return record
 
 
+def ref_lock_problem(root: Path, lane: str) -> str | None:
+    """Why the lane's tip ref cannot move now (None when it can): a ``.lock`` file beside it, which a git process
+    killed while it moved the ref leaves behind. Checked before a run, so that no verdict is decided that
+    cannot be recorded."""
+    from pytest_ditgate import git
+
+    lock = git.ref_lock(root, ref_name(lane))
+    if not lock.exists():
+        return None
+    return (f"lane {lane!r}: its tip ref {ref_name(lane)} is locked ({lock} exists): another git process is moving "
+            "it, or one was killed while it did; wait for it to end, or, if none runs, remove that file")
+
+
 def append(root: Path, path: Path, record: dict[str, Any]) -> dict[str, Any]:
-    """Append a sealed record and move the tip ref to it."""
+    """Append a sealed record and move the tip ref to it, as one change: when the ref cannot move (a stale
+    ``.lock`` beside it, a full disk), the file is cut back to its length before the append, so the history and
+    its tip never disagree (which would make the lane 12 for every later experiment). :class:`HistoryError`
+    says why."""
+    import os
+
     from pytest_ditgate import git
     from pytest_ditgate.fsutil import append_line
 
     lane = record["lane"]
     path.parent.mkdir(parents=True, exist_ok=True)
+    length = path.stat().st_size if path.exists() else 0
     append_line(path, json.dumps(record, sort_keys=True, default=str), fsync=True)
-    git.write_blob_ref(root, ref_name(lane), json.dumps({"lane": lane, "seq": record["seq"], "hash": record["hash"],
-                                                        "path": _relative(root, path)}, sort_keys=True))
+    try:
+        git.write_blob_ref(root, ref_name(lane), json.dumps({"lane": lane, "seq": record["seq"], "hash": record["hash"],
+                                                            "path": _relative(root, path)}, sort_keys=True))
+    except BaseException as exc:
+        with open(path, "r+b") as handle:
+            handle.truncate(length)
+            os.fsync(handle.fileno())
+        if isinstance(exc, git.GitError):
+            raise HistoryError(f"{ref_lock_problem(root, lane) or exc}; the record was not kept") from None
+        raise
     return record

@@ -112,14 +112,23 @@ class Judge:
 
         path = history.history_path(self.artefacts, self.lane.name)
         with lock_for(path.with_suffix(".run")):  # concurrent experiments on one lane run one after the other
+            branch = git.work_tree_problem(self.root) or git.branch_problem(self.root)
+            if branch:  # a KEEP there belongs to no branch: once HEAD moves on, git deletes the lane's best
+                print(f"ditgate: refused: {branch}", file=sys.stderr)
+                return EXIT_USAGE
             self.preflight.check_environment()
             self.preflight.check_lock()
             self.preflight.check_own_modules()
-            genesis = (read_lock(self.lock).get("lanes") or {}).get(self.lane.name, {}).get("genesis")
-            lane_history, best, changed = self.read_history(genesis)
+            lanes = read_lock(self.lock).get("lanes") or {}
+            genesis = lanes.get(self.lane.name, {}).get("genesis")
+            lane_history, best, changed = self.read_history(genesis, lanes)
             if self.preflight.problems:
                 return self.finish(lane_history, best, changed, None)
             if self.preflight.refuse_uncommitted():
+                return EXIT_USAGE
+            ref_locked = history.ref_lock_problem(self.root, self.lane.name)
+            if ref_locked:  # the verdict could not be recorded: say so before the run, not after it
+                print(f"ditgate: refused: {ref_locked}", file=sys.stderr)
                 return EXIT_USAGE
             judged_files = self.preflight.judged_files(known=self.preflight.fixed_files)  # the lock's: hashed
             out = self.new_run_folder()
@@ -169,9 +178,11 @@ class Judge:
             return code
 
     # -- the steps ----------------------------------------------------------------------------------
-    def read_history(self, genesis: str | None) -> tuple[Any, dict[str, Any] | None, list[str] | None]:
+    def read_history(self, genesis: str | None, lanes: dict[str, Any]) -> tuple[Any, dict[str, Any] | None,
+                                                                                  list[str] | None]:
         """The lane's history, its best and the paths changed since the anchors (each None where the history
-        does not hold, which is a problem)."""
+        does not hold, which is a problem). ``lanes``: the lock's lanes, whose recorded baseline commits are the
+        maintainer's changes, not this lane's."""
         lane_history = best = changed = None
         try:
             lane_history = history.read_history(self.root, self.artefacts, self.lane.name, genesis_hash=genesis)
@@ -179,7 +190,9 @@ class Judge:
             anchor = lane_history.anchor
             if anchor is None or not git.is_ancestor(self.root, anchor):
                 raise history.HistoryError(f"the lane's baseline commit {anchor} is not an ancestor of HEAD")
-            changed = self.preflight.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])])
+            others = history.baseline_commits(self.root, self.artefacts, lanes, self.lane.name)
+            changed = self.preflight.check_scope([("baseline commit", anchor), ("best's commit", best["commit"])],
+                                                 others)
         except history.HistoryError as exc:
             self.preflight.problems.append((Category.INTEGRITY, f"lane history: {exc}"))
         return lane_history, best, changed
@@ -257,6 +270,9 @@ class Judge:
             if lane_history is not None:
                 try:
                     record = history.seal(self.lane.name, history_body(verdict, detail), lane_history.tip)
+                    pinned = (record.get("best") or best or {}).get("commit")
+                    if pinned:  # a lane recorded before best refs existed gets its best pinned here
+                        history.pin_best(self.root, self.lane.name, pinned)
                     history.append(self.root, lane_history.path, record)
                     self.publisher.mirror_best(record.get("best"), facts.arch)
                 except Exception as exc:  # the history is the truth: no record, no KEEP

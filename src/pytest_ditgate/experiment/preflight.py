@@ -36,6 +36,10 @@ def baseline_problems(root: Path, project: Mapping[str, Any], lane_tests: tuple[
     problems = [p for p in (git.work_tree_problem(root),) if p]
     if not problems:
         problems += [p for p in (git.branch_problem(root), git.identity_problem(root)) if p]
+    if not problems:
+        from pytest_ditgate.experiment.history import ref_lock_problem
+
+        problems += [p for p in (ref_lock_problem(root, history_file.stem),) if p]
     if history_file.exists():
         problems.append(f"the lane history {history_file} exists, but no baseline of the lane is recorded (neither "
                         "the fixed-paths lock nor the lane's git ref names it): move it away before a new baseline")
@@ -63,10 +67,32 @@ def uncommitted_changes(root: Path, artefacts: Path, mutable: list[str]) -> list
         skip = artefacts.resolve().relative_to(root.resolve()).as_posix() + "/"
     except ValueError:
         skip = None
-    paths = git.uncommitted(root) + git.ignored(root, list(mutable))
+    paths = git.uncommitted(root) + git.unlike_head(root) + git.ignored(root, list(mutable))
     return sorted({path for path in paths
                    if not (skip and (path.rstrip("/") + "/").startswith(skip))
                    and "__pycache__" not in path.split("/") and not path.endswith((".pyc", ".pyo"))})
+
+
+def paths_leaving_project(root: Path, mutable: list[str]) -> list[str]:
+    """The mutable paths, and the symlinks in them, that resolve outside the project: git tracks a symlink as its
+    target's name, so an edit made where it points is a change no commit holds and no diff shows."""
+    real_root = root.resolve()
+    found = []
+    for entry in mutable:
+        start = root / entry
+        candidates = [start]
+        if start.is_dir() and not start.is_symlink():
+            candidates += [path for path in start.rglob("*") if path.is_symlink()]
+        for path in candidates:
+            if not (path.is_symlink() or path == start):
+                continue
+            try:
+                path.resolve().relative_to(real_root)
+            except ValueError:
+                found.append(f"{path.relative_to(root).as_posix()} -> {path.resolve()}")
+            except OSError as exc:  # a symlink loop
+                found.append(f"{path.relative_to(root).as_posix()} ({exc})")
+    return sorted(set(found))
 
 
 def quality_contract(root: Path, project: Mapping[str, Any]) -> Path:
@@ -96,6 +122,12 @@ class Preflight:
     def refuse_uncommitted(self) -> bool:
         """Whether the working tree has changes HEAD lacks, said on stderr: a verdict recorded under HEAD would
         name code it never saw."""
+        leaving = paths_leaving_project(self.root, self.mutable)
+        if leaving:
+            print(f"ditgate: refused: mutable paths lead out of the project ({', '.join(leaving)}); what they point "
+                  "at is no part of any commit, so an edit there is judged under a HEAD that lacks it: keep the "
+                  "candidate's files inside the project", file=sys.stderr)
+            return True
         dirty = uncommitted_changes(self.root, self.artefacts, self.mutable)
         if dirty:
             shown = ", ".join(dirty[:10]) + (f" and {len(dirty) - 10} more" if len(dirty) > 10 else "")
@@ -168,19 +200,43 @@ class Preflight:
                 self.problems.append((Category.INTEGRITY, f"the judge imported {name} from {relative}, which the "
                                                           "fixed-paths lock does not cover"))
 
-    def check_scope(self, anchors: list[tuple[str, str]]) -> list[str]:
+    def check_scope(self, anchors: list[tuple[str, str]], baselines: list[tuple[str, str]] = ()) -> list[str]:
+        """The paths changed since each anchor, their scope problems added. ``baselines``: ``(lane, commit)`` of
+        other lanes' recorded baseline commits; what such a commit itself changed (its goldens, manifest and
+        lock) is not this lane's change, when it lies between the anchor and HEAD (see
+        :meth:`_changed_besides_baselines`)."""
         artefacts = self._relative(self.artefacts)
         fixed = self.fixed_patterns()
         changed: set[str] = set()
         for label, commit in anchors:
             try:
-                paths = git.changed_since(self.root, commit)
+                paths = self._changed_besides_baselines(commit, baselines)
             except git.GitError as exc:
                 self.problems.append((Category.INTEGRITY, f"cannot diff against the {label} {commit[:12]}: {exc}"))
                 continue
             changed.update(p for p in paths if not (artefacts and (p + "/").startswith(artefacts)))
         self.problems.extend(scope_problems(sorted(changed), self.mutable, fixed))
         return sorted(changed)
+
+    def _changed_besides_baselines(self, anchor: str, baselines: list[tuple[str, str]] | tuple = ()) -> list[str]:
+        """The paths changed since ``anchor``, less those that only other lanes' baseline commits changed: the
+        history from the anchor to the working tree is cut at each such commit between the anchor and HEAD, and
+        a path counts where it changed in a piece between them (a change made before or after a baseline
+        commit, or uncommitted, still counts; a change the baseline commit made does not)."""
+        paths = set(git.changed_since(self.root, anchor))
+        inside = {commit for _, commit in baselines
+                  if commit != anchor and git.is_ancestor(self.root, anchor, commit) and git.is_ancestor(self.root, commit)}
+        if not paths or not inside:
+            return sorted(paths)
+        touched: set[str] = set()
+        start = anchor
+        for commit in sorted(inside, key=lambda c: git.distance(self.root, anchor, c)):
+            parent = git.rev(self.root, f"{commit}^")
+            if parent and parent != start:
+                touched.update(git.changed_between(self.root, start, parent))
+            start = commit
+        touched.update(git.changed_since(self.root, start))
+        return sorted(paths & touched)
 
     def _relative(self, path: Path) -> str | None:
         try:

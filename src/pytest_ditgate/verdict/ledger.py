@@ -10,8 +10,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from pytest_ditgate.fsutil import (CorruptFile, append_jsonl, atomic_write_json, lock_for, read_json_object,
-                                   read_jsonl_report, skipped_message)
+from pytest_ditgate.fsutil import (CorruptFile, append_jsonl, append_line, atomic_write_json, lock_for,
+                                   read_json_object, read_jsonl_report, skipped_message)
 from pytest_ditgate.numbers import finite_number
 
 TSV_COLUMNS = ("timestamp", "commit", "parent", "status", "class", "objective_metric", "best_before",
@@ -30,15 +30,12 @@ def _cell(value: Any) -> str:
 
 
 def append_experiment(root: Path, row: dict[str, Any], detail: dict[str, Any]) -> None:
-    """Append one experiment to ``results.tsv`` (header written once) and ``experiments.jsonl``."""
-    tsv = root / RESULTS_TSV
+    """Append one experiment to ``results.tsv`` (header written once) and ``experiments.jsonl``. Both go through
+    :func:`~pytest_ditgate.fsutil.append_line`: a torn last row (a writer killed mid-line) is closed first, so the
+    new row never glues onto it and drops out of ``ditgate summary``."""
     root.mkdir(parents=True, exist_ok=True)
-    with lock_for(tsv):
-        new = not tsv.exists() or tsv.stat().st_size == 0
-        with tsv.open("a", encoding="utf-8") as handle:
-            if new:
-                handle.write("\t".join(TSV_COLUMNS) + "\n")
-            handle.write("\t".join(_cell(row.get(column)) for column in TSV_COLUMNS) + "\n")
+    append_line(root / RESULTS_TSV, "\t".join(_cell(row.get(column)) for column in TSV_COLUMNS),
+                header="\t".join(TSV_COLUMNS))
     append_jsonl(root / EXPERIMENTS_JSONL, detail)
 
 
