@@ -195,7 +195,7 @@ class _Outputs:
 
     returned: Any
     inout: dict[str, torch.Tensor] = field(default_factory=dict)
-    aliases: tuple[tuple[str, str], ...] = ()  # (output, read-only input) pairs sharing memory
+    aliases: tuple[tuple[str, str], ...] = ()  # (output, read-only or scratch input) pairs sharing memory
 
     def named(self) -> list[tuple[str, torch.Tensor]]:
         return list(named_tensors(self.returned, "out")) + [(f"in-out {name}", t) for name, t in self.inout.items()]
@@ -469,8 +469,12 @@ class _Run:
     # -- running the two sides --------------------------------------------------------------------
     def _check_aliases(self, trial: TrialReport, first: _Outputs) -> None:
         """``aliased_output`` for a returned tensor that shares memory with a read-only input, where no run of
-        the reference so far returned a view of its input there."""
+        the reference so far returned a view of its input there, or with a scratch argument (always)."""
+        scratch = {key_name(key) for key in self.roles.scratch}
         for output, source in first.aliases:
+            if source in scratch:
+                headline, details = aliasing.scratch_returned(output, source)
+                self._fail("aliased_output", headline, trial, details)
             if output not in self.reference_aliases:
                 self._fail("aliased_output", f"{output} is a view of the candidate's read-only input {source} "
                            "(first call)", trial, [
@@ -509,7 +513,8 @@ class _Run:
                 result = outs[0] if len(outs) == 1 else tuple(outs)
             ordered = _Outputs(map_tensors(result, _snapshot),  # in the caller's stream order
                                {name: _snapshot(t) for name, t in inouts},
-                               aliasing.overlaps(named_tensors(result, "out"), self._readonly(args, kwargs)))
+                               aliasing.overlaps(named_tensors(result, "out"), self._readonly(args, kwargs)
+                                                 + self.roles.tensors(args, kwargs, "scratch_args")))
             cuda = {t.device for _, t in named_tensors(result, "out") if t.is_cuda} | \
                 {d for d in devices if d.type == "cuda"}
             self._check_timers(trial, f"after the candidate's {which}")
