@@ -2,13 +2,16 @@
 
 A kernel that reads float32 inputs as bf16 (or fp16, or TF32) often passes an error bound: where its output
 averages many inputs (a sum, a mean, a loss), the rounding averages away too. What it cannot do is see a
-change of its inputs smaller than its own rounding grid. Once per ``check_kernel`` call, on the last trial
-or on a trial that failed its bound, the candidate and the float64 reference run once more, on the trial's
-inputs with every floating input moved within its cells of the next coarser grid than the kernel claims
-(:mod:`~pytest_ditgate.correctness.resolution`, :mod:`~pytest_ditgate.correctness.perturb`). A kernel that
-reads at that grid returns exactly the same output; :mod:`~pytest_ditgate.correctness.sensitivity` judges
-each output against how an honest kernel's would change, sized from the candidate's own errors over the
-trials. An output that stays fails the check as ``precision_downgrade``.
+change of its inputs smaller than its own rounding grid; nor, mostly, can a kernel that reads them in full but
+adds their terms in a bf16 accumulator (each rounding of the partial sum drops such a move). Once per
+``check_kernel`` call, on the last trial or on a trial that failed its bound, the candidate and the float64
+reference run once more, on the trial's inputs with every floating input moved within its cells of the next
+coarser grid than the kernel claims (:mod:`~pytest_ditgate.correctness.resolution`,
+:mod:`~pytest_ditgate.correctness.perturb`). A kernel that reads at that grid returns exactly the same output,
+one that accumulates at it mostly does; :mod:`~pytest_ditgate.correctness.sensitivity` judges each output
+against how an honest kernel's would change, sized from the candidate's own errors over the trials. An output
+that stays fails the check as ``precision_downgrade``, whose message names both causes: the probe cannot tell
+a coarse read from a coarse accumulator.
 
 The device libraries' reduced-precision switches (:mod:`~pytest_ditgate.correctness.switches`) are
 recorded across the candidate's calls; where one was on for a CUDA GEMM or convolution it affects and
@@ -128,7 +131,8 @@ class Probe:
         grids = sorted({cell.bits for cell in cells if cell.bits is not None}, reverse=True)
         grid = " / ".join(f"{resolution.grid_name(bits)}'s {bits}-bit" for bits in grids)
         headline = (f"{output.name} stays exactly the same when every floating input moves within its cells of "
-                    f"{grid} grid: the candidate reads its inputs at that precision or coarser")
+                    f"{grid} grid: the candidate computes it at that precision or coarser: it reads its inputs, or "
+                    "accumulates their terms, at such a precision (the probe cannot tell which)")
         details = [f"precision probe: {line}" for line in self.report.cells]
         details += [f"output {o.line()}" for o in self.report.outputs]
         details.append(f"an element counts where the float64 reference moves by at least {sensitivity.MIN_MOVE:g} "
@@ -138,8 +142,8 @@ class Probe:
                        f"{sensitivity.FALSE_ALARM:g})")
         details += [f"switch {record.line()}" for record in self.switches.records.values() if _telling(record)]
         details.append("a kernel meant to compute at a lower precision declares it: compute_dtype='tf32', "
-                       "'float16' or 'bfloat16' (probed at the next coarser grid); check_precision=False turns "
-                       "the probe off")
+                       "'float16' or 'bfloat16' (its inputs read, or its sums accumulated, at that precision; "
+                       "probed at the next coarser grid); check_precision=False turns the probe off")
         return headline, details, output.name
 
     # -- the device libraries' switches --------------------------------------------------------------
