@@ -48,8 +48,8 @@ import torch
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
-from pytest_ditgate.correctness import (aliasing, compare, conditioning, honest, memory, poison, rounding, scales,
-                                        stepwise, storage, switches)
+from pytest_ditgate.correctness import (aliasing, compare, conditioning, honest, memory, poison, reference_noise,
+                                        rounding, scales, stepwise, storage, switches)
 from pytest_ditgate.correctness.precision_probe import Probe
 from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
@@ -382,7 +382,7 @@ class _Run:
                            reference_dtype=None if self.reference_dtype is None else self.upcast_dtype,
                            deterministic=second is not None and trial.nondeterminism == 0,
                            compiled=poison.looks_compiled(self.candidate),
-                           noise=lambda: conditioned.get().elementwise)
+                           noise=lambda: conditioned.get().elementwise, own_noise=self._reference_noise)
         except _UserRaised as raised:
             self.probe.report.status = "inconclusive"
             self.probe.report.notes.append(f"the reference raised {type(raised.error).__name__} on the moved inputs: "
@@ -670,6 +670,19 @@ class _Run:
             if isinstance(exc, _UserRaised):
                 exc = exc.error
             return conditioning.Conditioning(notes=[f"conditioning run failed ({type(exc).__name__}): not used"])
+
+    def _reference_noise(self, call: tuple, outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The reference's own rounding noise per element of ``outputs`` on ``call``
+        (:mod:`pytest_ditgate.correctness.reference_noise`); empty when a perturbed run raises."""
+        def run(mode: Any) -> list[tuple[str, torch.Tensor]]:
+            return self._call_reference(call, self.upcast_dtype, None, transform=mode.perturb, mode=mode).named()
+
+        try:
+            return reference_noise.measure(run, outputs, dtype=self.upcast_dtype, seed=self.seed)
+        except (GateFailure, DitgateUsageError):
+            raise
+        except Exception:  # noqa: BLE001 - the probe does without it (the reference raised, out of memory)
+            return {}
 
     def _optional_run(self, pristine: tuple, dtype: torch.dtype | None, what: str, notes: list[str],
                       catch: tuple[type[BaseException], ...], transform: Callable[[Any], Any] | None = None) -> Any:
