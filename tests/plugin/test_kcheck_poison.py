@@ -28,10 +28,10 @@ def accumulates(x, workspace):             # WRONG: adds into the workspace and 
     return workspace[:, 0].to(x.dtype)
 
 
-def zeroes_first(x, workspace):            # HONEST: zeroes its workspace, then accumulates
-    workspace.zero_()
+def zeroes_first(x, workspace):            # HONEST: zeroes its workspace, then accumulates (and returns a copy:
+    workspace.zero_()                       # .to() of a float32 view is the view, the workspace itself)
     workspace[:, 0] += x.float().sum(-1)
-    return workspace[:, 0].to(x.dtype)
+    return workspace[:, 0].to(x.dtype, copy=True)
 
 
 def leaves_it_zeroed(x, workspace):        # HONEST for a zeroed in-out workspace: zero again on the way out

@@ -7,6 +7,12 @@ argument but ``out_args``, ``inout_args`` and ``scratch_args``), on the candidat
 reference's; an overlap fails ``aliased_output`` unless the reference returns a view of its input there too
 (a reshape or slicing op, whose contract is the view; a cast that returns its input when the dtype already
 matches, seen in the run on the inputs' own dtypes).
+
+A returned tensor that shares elements with a ``scratch_args`` workspace (the workspace itself, a slice of a
+larger one) fails ``aliased_output`` whatever the reference does: scratch holds unspecified contents on entry
+to every call, so the kernel's next call, or anything else the caller lends the workspace to, overwrites the
+"result". A declared out buffer or in-out argument returned as an output stays allowed: the caller owns it as
+the result.
 """
 
 from __future__ import annotations
@@ -59,3 +65,14 @@ def _span(tensor: Any) -> tuple[int, int]:
     extent = sum((size - 1) * abs(stride) for size, stride in zip(tensor.shape, tensor.stride()))
     start = tensor.data_ptr()
     return start, start + (extent + 1) * tensor.element_size()
+
+
+def scratch_returned(output: str, workspace: str) -> tuple[str, list[str]]:
+    """``(headline, details)`` of the ``aliased_output`` failure of an output that shares elements with the
+    scratch argument ``workspace``."""
+    return (f"{output} is a view of the candidate's scratch argument {workspace} (first call)", [
+        f"{output} shares memory with {workspace}, declared in scratch_args: a workspace whose contents are "
+        f"unspecified on entry to every call, so the kernel's next call (or any other use of the workspace) "
+        f"overwrites {output} after it was returned",
+        "return a copy (.clone()); a kernel meant to leave its result in that buffer declares it as an output: "
+        "out_args=(...) (written, then compared as the output)"])

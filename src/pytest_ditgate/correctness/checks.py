@@ -48,8 +48,8 @@ import torch
 
 from pytest_ditgate.arguments import (callable_name, clip, describe, positional_arity_error, raised_by,
                                       require_callable, require_int, require_number)
-from pytest_ditgate.correctness import (aliasing, compare, conditioning, honest, memory, poison, rounding, scales,
-                                        stepwise, storage, switches)
+from pytest_ditgate.correctness import (aliasing, compare, conditioning, expected_nonfinite, honest, memory, poison,
+                                        reference_noise, rounding, scales, stepwise, storage, switches)
 from pytest_ditgate.correctness.precision_probe import Probe
 from pytest_ditgate.correctness.downcasts import Downcasts
 from pytest_ditgate.correctness.report import KernelReport, TrialReport, failure_message
@@ -89,6 +89,7 @@ def check_kernel(
     check_timers: bool = True,
     check_precision: bool = True,
     check_rounding: bool = True,
+    nonfinite: str = "reject",
     label: str | None = None,
 ) -> KernelReport:
     """Check that ``candidate`` computes what ``reference`` computes; return a :class:`KernelReport`.
@@ -109,7 +110,10 @@ def check_kernel(
     (inputs moved within the cells of the grid next coarser than the inputs' dtype, or than ``compute_dtype``;
     an output that does not respond fails ``precision_downgrade``; its verdict is ``report.precision``).
     ``check_rounding``: a bfloat16 or float16 output whose deviations from the correctly rounded reference go one
-    way (a truncating cast) fails ``rounding_bias`` (off when ``compute_dtype`` declares a precision). Raises
+    way (a truncating cast) fails ``rounding_bias`` (off when ``compute_dtype`` declares a precision).
+    ``nonfinite``: ``"reject"`` (a reference that returns NaN or Inf fails ``reference_nonfinite``) or ``"match"``
+    (its NaN and infinities are expected values, :mod:`pytest_ditgate.correctness.expected_nonfinite`: the
+    candidate must return the same ones at the same elements, the finite ones are compared as usual). Raises
     :class:`~pytest_ditgate.GateFailure` with a stable ``.reason``.
     """
     roles = _check_arguments(candidate, reference, make_inputs, trials=trials, seed=seed, compute_dtype=compute_dtype,
@@ -120,6 +124,7 @@ def check_kernel(
                                         check_constant=check_constant, poison_memory=poison_memory,
                                         check_timers=check_timers, check_precision=check_precision,
                                         check_rounding=check_rounding))
+    match_nonfinite = expected_nonfinite.parse(nonfinite, CALL)
     scale_list = scales.parse_scales(input_scales, CALL)
     if scaled_args is not None:
         scaled_args = parse_keys(scaled_args, "scaled_args", CALL)
@@ -130,7 +135,7 @@ def check_kernel(
                check_determinism=check_determinism, nondeterminism_atol=float(nondeterminism_atol),
                allow_nondeterminism=allow_nondeterminism, check_constant=check_constant,
                poison_memory=poison_memory, check_timers=check_timers, check_precision=check_precision,
-               check_rounding=check_rounding and compute_dtype is None, label=label)
+               check_rounding=check_rounding and compute_dtype is None, match_nonfinite=match_nonfinite, label=label)
     return run.execute()
 
 
@@ -195,7 +200,7 @@ class _Outputs:
 
     returned: Any
     inout: dict[str, torch.Tensor] = field(default_factory=dict)
-    aliases: tuple[tuple[str, str], ...] = ()  # (output, read-only input) pairs sharing memory
+    aliases: tuple[tuple[str, str], ...] = ()  # (output, read-only or scratch input) pairs sharing memory
 
     def named(self) -> list[tuple[str, torch.Tensor]]:
         return list(named_tensors(self.returned, "out")) + [(f"in-out {name}", t) for name, t in self.inout.items()]
@@ -206,7 +211,8 @@ class _Run:
 
     def __init__(self, candidate, reference, make_inputs, *, trials, seed, tolerance, reference_dtype, roles,
                  input_scales, scaled_args, check_determinism, nondeterminism_atol, allow_nondeterminism,
-                 check_constant, poison_memory, check_timers, check_precision, check_rounding, label) -> None:
+                 check_constant, poison_memory, check_timers, check_precision, check_rounding, label,
+                 match_nonfinite=False) -> None:
         self.candidate, self.reference, self.make_inputs = candidate, reference, make_inputs
         self.trials, self.seed, self.tolerance = trials, seed, tolerance
         self.reference_dtype, self.roles = reference_dtype, roles
@@ -215,7 +221,10 @@ class _Run:
         self.allow_nondeterminism, self.check_constant = allow_nondeterminism, check_constant
         self.poison_memory, self.check_timers = poison_memory, check_timers
         self.check_rounding = check_rounding
-        checks = ["reference_nonfinite", "shape", "dtype", "nonfinite", "mismatch(elementwise, rel-norm)", "input_mutated",
+        self.match_nonfinite = match_nonfinite
+        self.nonfinite_signatures: dict[int, dict[str, Any]] = {}  # per seed, at unit scale (nonfinite="match")
+        checks = ["reference_nonfinite" + (" (its NaN/Inf expected: nonfinite='match')" if match_nonfinite else ""),
+                  "shape", "dtype", "nonfinite", "mismatch(elementwise, rel-norm)", "input_mutated",
                   "aliased_output", "crash", "stream-order(every stream synchronised)"]
         if poison_memory:
             checks.append("stale_output(poisoned allocations)")
@@ -309,6 +318,8 @@ class _Run:
         self.phase = f"while running the reference on {self._copies_text(self.upcast_dtype)} ({self._where(trial)})"
         ref_out = self._run_reference(trial, pristine)
         problem = self._nonfinite_reference(ref_out)
+        if problem is not None and self.match_nonfinite:
+            problem = self._undeclared_nonfinite(trial, ref_out)
         if problem is not None:
             if scale is not None:
                 name, ref, count, _ = problem
@@ -382,7 +393,7 @@ class _Run:
                            reference_dtype=None if self.reference_dtype is None else self.upcast_dtype,
                            deterministic=second is not None and trial.nondeterminism == 0,
                            compiled=poison.looks_compiled(self.candidate),
-                           noise=lambda: conditioned.get().elementwise)
+                           noise=lambda: conditioned.get().elementwise, own_noise=self._reference_noise)
         except _UserRaised as raised:
             self.probe.report.status = "inconclusive"
             self.probe.report.notes.append(f"the reference raised {type(raised.error).__name__} on the moved inputs: "
@@ -469,8 +480,12 @@ class _Run:
     # -- running the two sides --------------------------------------------------------------------
     def _check_aliases(self, trial: TrialReport, first: _Outputs) -> None:
         """``aliased_output`` for a returned tensor that shares memory with a read-only input, where no run of
-        the reference so far returned a view of its input there."""
+        the reference so far returned a view of its input there, or with a scratch argument (always)."""
+        scratch = {key_name(key) for key in self.roles.scratch}
         for output, source in first.aliases:
+            if source in scratch:
+                headline, details = aliasing.scratch_returned(output, source)
+                self._fail("aliased_output", headline, trial, details)
             if output not in self.reference_aliases:
                 self._fail("aliased_output", f"{output} is a view of the candidate's read-only input {source} "
                            "(first call)", trial, [
@@ -509,7 +524,8 @@ class _Run:
                 result = outs[0] if len(outs) == 1 else tuple(outs)
             ordered = _Outputs(map_tensors(result, _snapshot),  # in the caller's stream order
                                {name: _snapshot(t) for name, t in inouts},
-                               aliasing.overlaps(named_tensors(result, "out"), self._readonly(args, kwargs)))
+                               aliasing.overlaps(named_tensors(result, "out"), self._readonly(args, kwargs)
+                                                 + self.roles.tensors(args, kwargs, "scratch_args")))
             cuda = {t.device for _, t in named_tensors(result, "out") if t.is_cuda} | \
                 {d for d in devices if d.type == "cuda"}
             self._check_timers(trial, f"after the candidate's {which}")
@@ -593,19 +609,39 @@ class _Run:
                 return name, ref, count, where
         return None
 
+    def _undeclared_nonfinite(self, trial: TrialReport,
+                              ref_out: _Outputs) -> tuple[str, torch.Tensor, int, tuple[int, ...]] | None:
+        """Under ``nonfinite="match"``: an output non-finite on every element is still ``reference_nonfinite``
+        (nothing left to compare); an extremal trial whose reference is non-finite elsewhere than at unit scale
+        is skipped (overflow, not the op's structure). Returns the problem to fail with, or None."""
+        named = ref_out.named()
+        for name, ref in named:
+            if expected_nonfinite.all_nonfinite(ref):
+                return name, ref, ref.numel(), (0,) * ref.dim()
+        if trial.scale is None:
+            self.nonfinite_signatures[trial.seed] = expected_nonfinite.signature(named)
+            return None
+        unscaled = self.nonfinite_signatures.get(trial.seed)
+        if unscaled is None:  # a seed no unit-scale trial drew: the reference on its unscaled inputs
+            self.phase = f"while running the reference on the unscaled inputs of {self._where(trial)}"
+            unscaled = expected_nonfinite.signature(self._call_reference(
+                as_call(self._inputs(trial)), self.upcast_dtype, None).named())
+        if expected_nonfinite.signature(named) != unscaled:
+            self._skip(trial, "the reference is non-finite elsewhere than on the same inputs at unit scale (the "
+                              "values nonfinite='match' declares are the op's structure, which a scale does not move)")
+        return None
+
     def _fail_nonfinite_reference(self, trial: TrialReport, name: str, ref: torch.Tensor, count: int,
                                   where: tuple[int, ...]) -> None:
         """A reference that returns NaN or Inf checks nothing there (a candidate returning the same NaN would
         pass): the test's bug, reported as ``reference_nonfinite`` with the first such index, never a pass."""
         copies = self._copies_text(self.upcast_dtype)
+        fix, advice = expected_nonfinite.advice(name, ref, declared=self.match_nonfinite)
         self._fail("reference_nonfinite", f"the REFERENCE `{_callable_name(self.reference)}` returned "
-                   f"NaN/Inf in {name} (fix the reference or make_inputs)", trial, [
+                   f"NaN/Inf in {name} ({fix})", trial, [
                        f"{count} of {ref.numel()} elements of the reference's {name} "
                        f"{dtype_name(ref.dtype)}{list(ref.shape)} are non-finite, computed on {copies}; first "
-                       f"at index {where}: {_num(ref[where])}",
-                       "a non-finite reference checks nothing there (a candidate returning the same NaN would "
-                       "match it): draw inputs inside the reference's domain (e.g. positive for log or sqrt) "
-                       "or compute the reference stably"], output=name)
+                       f"at index {where}: {_num(ref[where])}", *advice], output=name)
 
     def _skip_overflowing_outputs(self, trial: TrialReport, ref_out: _Outputs) -> None:
         """An extremal trial whose exact output does not fit the dtype the candidate returns is outside the
@@ -665,6 +701,19 @@ class _Run:
             if isinstance(exc, _UserRaised):
                 exc = exc.error
             return conditioning.Conditioning(notes=[f"conditioning run failed ({type(exc).__name__}): not used"])
+
+    def _reference_noise(self, call: tuple, outputs: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The reference's own rounding noise per element of ``outputs`` on ``call``
+        (:mod:`pytest_ditgate.correctness.reference_noise`); empty when a perturbed run raises."""
+        def run(mode: Any) -> list[tuple[str, torch.Tensor]]:
+            return self._call_reference(call, self.upcast_dtype, None, transform=mode.perturb, mode=mode).named()
+
+        try:
+            return reference_noise.measure(run, outputs, dtype=self.upcast_dtype, seed=self.seed)
+        except (GateFailure, DitgateUsageError):
+            raise
+        except Exception:  # noqa: BLE001 - the probe does without it (the reference raised, out of memory)
+            return {}
 
     def _optional_run(self, pristine: tuple, dtype: torch.dtype | None, what: str, notes: list[str],
                       catch: tuple[type[BaseException], ...], transform: Callable[[Any], Any] | None = None) -> Any:
@@ -760,9 +809,13 @@ class _Run:
                 self._fail("nonfinite", f"{name} has NaN/Inf where the reference is finite", trial, [
                     f"{count} of {cand.numel()} elements of {name} are non-finite; first at index {where}: "
                     f"candidate {_num(cand[where])} vs reference {_num(ref[where])}"])
+            if self.match_nonfinite:
+                self._judge_expected_nonfinite(trial, name, cand, ref)
         structure = structure_of(ref_out.returned)
         for (name, cand), (_, ref), _ in pairs:
-            trial.outputs.append(self._compare(name, cand, ref, structure, estimate, conditioned))
+            keep = expected_nonfinite.finite_mask(ref) if self.match_nonfinite and \
+                expected_nonfinite.has_nonfinite(ref) else None
+            trial.outputs.append(self._compare(name, cand, ref, structure, estimate, conditioned, keep))
         for result, ((name, cand), _, _) in zip(trial.outputs, pairs):
             if result.passed:
                 continue
@@ -777,6 +830,13 @@ class _Run:
             self._judge_rounding(trial, pairs, structure, estimate)
         if second is not None:
             self._judge_determinism(trial, first, second)
+
+    def _judge_expected_nonfinite(self, trial: TrialReport, name: str, cand: torch.Tensor, ref: torch.Tensor) -> None:
+        """Under ``nonfinite="match"``: ``mismatch`` where the reference is non-finite and the candidate does not
+        hold the same value there (finite, or another infinity, or NaN)."""
+        found = expected_nonfinite.mismatch(name, cand, ref)
+        if found is not None:
+            self._fail("mismatch", found[0], trial, found[1], output=name)
 
     def _judge_rounding(self, trial: TrialReport, pairs: list, structure: Any, estimate: "_Lazy") -> None:
         """``rounding_bias`` for a 16-bit output whose deviations from the correctly rounded reference go one way,
@@ -826,9 +886,17 @@ class _Run:
                 "result)"])
 
     def _compare(self, name: str, cand: torch.Tensor, ref: torch.Tensor, structure: Any, estimate: "_Lazy",
-                 conditioned: "_Lazy") -> Any:
+                 conditioned: "_Lazy", keep: torch.Tensor | None = None) -> Any:
         """The output against the table's bound; where it fails, against the derived one; where that fails
-        too, with the problem's conditioning measured."""
+        too, with the problem's conditioning measured. ``keep`` (flat, or None): the elements compared, where
+        the reference's non-finite values are expected (``nonfinite="match"``): the output, the honest-error
+        runs and the conditioning are compared on those elements alone (every bound is computed over them),
+        and the result names the worst element by its index in the whole output."""
+        if keep is not None:
+            result = self._compare(name, expected_nonfinite.compact(cand, keep), expected_nonfinite.compact(ref, keep),
+                                   structure, expected_nonfinite.CompactedRuns(estimate, name, keep),
+                                   expected_nonfinite.CompactedConditionings(conditioned, name, keep))
+            return expected_nonfinite.in_whole_output(result, keep, tuple(cand.shape))
         tol = tolerance_for(cand.dtype, **self.tolerance)
         result = compare.compare_output(name, cand, ref, tol)
         # the derived bound is never below the table's, so the estimate is only needed when the table fails

@@ -2,13 +2,16 @@
 
 A kernel that reads float32 inputs as bf16 (or fp16, or TF32) often passes an error bound: where its output
 averages many inputs (a sum, a mean, a loss), the rounding averages away too. What it cannot do is see a
-change of its inputs smaller than its own rounding grid. Once per ``check_kernel`` call, on the last trial
-or on a trial that failed its bound, the candidate and the float64 reference run once more, on the trial's
-inputs with every floating input moved within its cells of the next coarser grid than the kernel claims
-(:mod:`~pytest_ditgate.correctness.resolution`, :mod:`~pytest_ditgate.correctness.perturb`). A kernel that
-reads at that grid returns exactly the same output; :mod:`~pytest_ditgate.correctness.sensitivity` judges
-each output against how an honest kernel's would change, sized from the candidate's own errors over the
-trials. An output that stays fails the check as ``precision_downgrade``.
+change of its inputs smaller than its own rounding grid; nor, mostly, can a kernel that reads them in full but
+adds their terms in a bf16 accumulator (each rounding of the partial sum drops such a move). Once per
+``check_kernel`` call, on the last trial or on a trial that failed its bound, the candidate and the float64
+reference run once more, on the trial's inputs with every floating input moved within its cells of the next
+coarser grid than the kernel claims (:mod:`~pytest_ditgate.correctness.resolution`,
+:mod:`~pytest_ditgate.correctness.perturb`). A kernel that reads at that grid returns exactly the same output,
+one that accumulates at it mostly does; :mod:`~pytest_ditgate.correctness.sensitivity` judges each output
+against how an honest kernel's would change, sized from the candidate's own errors over the trials. An output
+that stays fails the check as ``precision_downgrade``, whose message names both causes: the probe cannot tell
+a coarse read from a coarse accumulator.
 
 The device libraries' reduced-precision switches (:mod:`~pytest_ditgate.correctness.switches`) are
 recorded across the candidate's calls; where one was on for a CUDA GEMM or convolution it affects and
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from pytest_ditgate.correctness import perturb, resolution, sensitivity, switches
+from pytest_ditgate.correctness import perturb, reference_noise, resolution, sensitivity, switches
 from pytest_ditgate.correctness.report import OutputSensitivity, PrecisionReport, TrialReport
 from pytest_ditgate.correctness.roles import Roles, key_name
 from pytest_ditgate.correctness.structure import map_tensors, named_call_tensors
@@ -44,6 +47,7 @@ class Probe:
         self.switches = switches.Switches()
         self.done = False
         self._failure: tuple[str, list[str], str | None] | None = None
+        self._own_noise_note: str | None = None
 
     def due(self, trial: TrialReport, failed: bool) -> bool:
         """The probe runs once: on a trial that failed its bound, else on the last of the ``trials``."""
@@ -53,7 +57,9 @@ class Probe:
             errors: dict[str, float], *, call_candidate: Callable[[tuple, dict, Any], Named],
             call_reference: Callable[[tuple[tuple, dict]], Named], reference_dtype: Any,
             deterministic: bool, compiled: bool,
-            noise: Callable[[], dict[str, Any]] | None = None) -> PrecisionReport:
+            noise: Callable[[], dict[str, Any]] | None = None,
+            own_noise: Callable[[tuple[tuple, dict], dict[str, Any]], dict[str, Any]] | None = None
+            ) -> PrecisionReport:
         """Probe ``trial``: ``pristine`` its inputs, ``before``/``ref_before`` the candidate's and the
         reference's outputs on them by name, ``errors`` the candidate's largest scaled error per output over
         the trials. ``call_candidate(args, kwargs, mode)`` runs the candidate on its own copies (under the
@@ -61,7 +67,10 @@ class Probe:
         the named outputs. ``deterministic``: two calls on the same inputs gave the same outputs. ``noise()``:
         each output's per-element simulated rounding error (its conditioning), asked for only where an output
         looks downgraded: an output that cancels to nearly nothing is judged again with it as the floor of a
-        move (an honest kernel's output there is as coarse as its rounding of the cancelling terms)."""
+        move (an honest kernel's output there is as coarse as its rounding of the cancelling terms).
+        ``own_noise(call, outputs)``: the reference's own rounding noise per element on ``call`` against its
+        ``outputs`` there (:mod:`~pytest_ditgate.correctness.reference_noise`), asked for where an output
+        still looks downgraded: a reference move within it does not count."""
         self.done = True
         report = self.report
         report.trial, report.seed = trial.trial, trial.seed
@@ -91,11 +100,25 @@ class Probe:
                 self.switches.records[name].ops += count
         ref_after = call_reference(moved)
         report.outputs = self._judge_outputs(before, after, ref_before, ref_after, errors, reference_dtype)
+        floors: dict[str, Any] = {}
         if noise is not None and any(o.status == "precision_downgrade" for o in report.outputs):
             floors = noise()
             if floors:
                 report.outputs = self._judge_outputs(before, after, ref_before, ref_after, errors, reference_dtype,
                                                      floors=floors)
+        if own_noise is not None and any(o.status == "precision_downgrade" for o in report.outputs):
+            suspects = [o.name for o in report.outputs if o.status == "precision_downgrade"]
+            own = own_noise(moved, {name: t for name, t in ref_after if name in suspects})
+            if own:
+                report.outputs = self._judge_outputs(before, after, ref_before, ref_after, errors, reference_dtype,
+                                                     floors=floors, own=own)
+                cleared = [o.name for o in report.outputs if o.name in suspects and o.status != "precision_downgrade"]
+                self._own_noise_note = (
+                    f"the reference's own rounding noise measured on the moved inputs ({reference_noise.RUNS} runs "
+                    f"of it with every result moved by {reference_noise.ROUNDOFF_ULPS:g} ulps)"
+                    + (f": {', '.join(cleared)} moved within it (zero by cancellation or by structure), not "
+                       "downgraded" if cleared else ""))
+                report.notes.append(self._own_noise_note)
         report.status = _status([o.status for o in report.outputs])
         downgraded = report.status == "precision_downgrade"
         self._judge_switches(pristine, before, call_candidate, deterministic, compiled)  # may fail it too
@@ -109,8 +132,8 @@ class Probe:
 
     # -- the outputs ----------------------------------------------------------------------------------
     def _judge_outputs(self, before: Named, after: Named, ref_before: Named, ref_after: Named,
-                       errors: dict[str, float], reference_dtype: Any,
-                       floors: dict[str, Any] | None = None) -> list[OutputSensitivity]:
+                       errors: dict[str, float], reference_dtype: Any, floors: dict[str, Any] | None = None,
+                       own: dict[str, Any] | None = None) -> list[OutputSensitivity]:
         if [n for n, _ in after] != [n for n, _ in before] or [n for n, _ in ref_after] != [n for n, _ in ref_before]:
             return [OutputSensitivity(
                 name, "inconclusive", reason="the outputs on the moved inputs are structured otherwise")
@@ -120,7 +143,8 @@ class Probe:
         for (name, b), (_, a), (_, rb), (_, ra) in zip(before, after, ref_before, ref_after):
             precise = ref_bits > MANTISSA_BITS.get(dtype_name(b.dtype), 0)
             verdicts.append(sensitivity.judge(name, b, a, rb, ra, scaled_error=errors.get(name, float("inf")),
-                                              reference_precise=precise, floor=(floors or {}).get(name)))
+                                              reference_precise=precise, floor=(floors or {}).get(name),
+                                              own_noise=(own or {}).get(name)))
         return verdicts
 
     def _downgrade_failure(self, cells: list[resolution.Cells]) -> tuple[str, list[str], str | None]:
@@ -128,18 +152,22 @@ class Probe:
         grids = sorted({cell.bits for cell in cells if cell.bits is not None}, reverse=True)
         grid = " / ".join(f"{resolution.grid_name(bits)}'s {bits}-bit" for bits in grids)
         headline = (f"{output.name} stays exactly the same when every floating input moves within its cells of "
-                    f"{grid} grid: the candidate reads its inputs at that precision or coarser")
+                    f"{grid} grid: the candidate computes it at that precision or coarser: it reads its inputs, or "
+                    "accumulates their terms, at such a precision (the probe cannot tell which)")
         details = [f"precision probe: {line}" for line in self.report.cells]
         details += [f"output {o.line()}" for o in self.report.outputs]
+        if self._own_noise_note is not None:
+            details.append(f"precision probe: {self._own_noise_note}")
         details.append(f"an element counts where the float64 reference moves by at least {sensitivity.MIN_MOVE:g} "
                        "spacings of the output's dtype (of its own simulated rounding error where the output cancels and that is "
-                       "coarser); an honest kernel's output changes there (the figures say "
+                       f"coarser, and of {sensitivity.REFERENCE_NOISE_FACTOR:g} x the reference's own rounding noise "
+                       "where that was measured); an honest kernel's output changes there (the figures say "
                        "how likely it is to stay; the probe fails an output only below "
                        f"{sensitivity.FALSE_ALARM:g})")
         details += [f"switch {record.line()}" for record in self.switches.records.values() if _telling(record)]
         details.append("a kernel meant to compute at a lower precision declares it: compute_dtype='tf32', "
-                       "'float16' or 'bfloat16' (probed at the next coarser grid); check_precision=False turns "
-                       "the probe off")
+                       "'float16' or 'bfloat16' (its inputs read, or its sums accumulated, at that precision; "
+                       "probed at the next coarser grid); check_precision=False turns the probe off")
         return headline, details, output.name
 
     # -- the device libraries' switches --------------------------------------------------------------

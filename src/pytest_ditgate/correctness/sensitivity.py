@@ -15,6 +15,11 @@ exactly the output it returned before; an honest kernel's output moves with the 
 - the output **fails** (``precision_downgrade``) when it stays exactly the same on at least half of those
   elements and a Chernoff bound, ``exp(-n D(1/2 || p))`` with ``p`` the mean of those probabilities over the
   ``n`` elements, puts an honest kernel's chance of doing so at or below :data:`FALSE_ALARM` (1e-4);
+- where an output is found unmoved, it is judged again with each element's own rounding noise as the unit of
+  a move where that is coarser than ``q``: an honest kernel's (its simulated fp32 rounding, where the output
+  cancels) and the float64 reference's own (:mod:`~pytest_ditgate.correctness.reference_noise`, times
+  :data:`REFERENCE_NOISE_FACTOR`): an output that is zero by cancellation or by structure (LayerNorm's input
+  gradient at a normalised dimension of 1) "moves" by the reference's rounding, which no kernel must follow;
 - it **responds** when it changes on more than half of them; it is **inconclusive** when there is no
   such element or too few to reach 1e-4 (a scalar loss: one element), and **out of scope** when it is not
   floating (an index, a count, a mask) or the reference did not move at all (piecewise constant: a floor, a
@@ -48,6 +53,13 @@ SURE = 1e-6
 #: where the reference runs at the output's own precision (no float64 above it), its own rounding noise is
 #: about one spacing: elements count only where it moves by this many times more
 SAME_PRECISION_FACTOR = 1024.0
+#: where the reference's own rounding noise is measured (:mod:`~pytest_ditgate.correctness.reference_noise`),
+#: an element counts only where the reference moves by :data:`MIN_MOVE` times this many times that noise: a
+#: move within it is the float64 reference's rounding (of an output that is zero by cancellation or by
+#: structure), not the function's. A real downgrade's moves are 2^-13 of an element's size (fp32 inputs within
+#: 10-bit cells), about 2^30 times a float64 rounding of its terms: the margin costs no element that cancels by
+#: less than a factor of about 10^6
+REFERENCE_NOISE_FACTOR = 64.0
 
 
 def chernoff(n: int, p: float, fraction: float = 0.5) -> float:
@@ -61,14 +73,16 @@ def chernoff(n: int, p: float, fraction: float = 0.5) -> float:
 
 
 def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *, scaled_error: float,
-          reference_precise: bool = True, floor: Any = None) -> OutputSensitivity:
+          reference_precise: bool = True, floor: Any = None, own_noise: Any = None) -> OutputSensitivity:
     """The verdict on output ``name``: the candidate's output ``before`` and ``after`` the move, the
     reference's (float64) ``ref_before`` and ``ref_after``; ``scaled_error`` is the candidate's largest error
     over the trials at each element's scale (``|out - ref| / (|ref| + mean|ref|)``); ``reference_precise``:
     the reference ran in a higher precision than the output's. ``floor`` (the output's shape, or None): each
     element's own rounding noise (its simulated rounding error, where the output cancels): a reference move is
     counted in units of that where it exceeds the dtype's spacing, since an honest kernel's output is no finer
-    than its own rounding of the terms it cancels."""
+    than its own rounding of the terms it cancels. ``own_noise`` (the output's shape, or None): each element's
+    rounding noise in the reference itself; a move counts only where it exceeds
+    :data:`REFERENCE_NOISE_FACTOR` times that too, since a move within it is the reference's rounding."""
     import torch
 
     from pytest_ditgate.correctness import compare
@@ -93,7 +107,9 @@ def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *
     # a complex output's parts are judged without one (its noise is the element's, not each part's)
     floors = [] if floor is None or before.is_complex() or floor.numel() != before.numel() else \
         [floor.reshape(parts[2].shape)]
-    for _, chunk in compare.chunks(*parts, *floors, device=parts[2].device):
+    own = [] if own_noise is None or before.is_complex() or own_noise.numel() != before.numel() else \
+        [own_noise.reshape(parts[2].shape)]
+    for _, chunk in compare.chunks(*parts, *floors, *own, device=parts[2].device):
         c0, c1, r0, r1 = chunk[:4]
         r0, r1 = r0.double(), r1.double()
         dr = r1 - r0
@@ -105,6 +121,9 @@ def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *
         unit = compare.spacing(size, real_dtype).mul_(factor)
         if floors:
             torch.maximum(unit, chunk[4].double().nan_to_num(nan=0.0, posinf=0.0), out=unit)
+        if own:  # an infinite noise (the reference unstable there) keeps the element from counting
+            torch.maximum(unit, chunk[-1].double().nan_to_num(nan=float("inf")).mul_(REFERENCE_NOISE_FACTOR),
+                          out=unit)
         moves = dr.abs().div_(unit)
         largest = max(largest, float(moves.max()))
         counts["moved"] += int(torch.count_nonzero(dr))
@@ -139,6 +158,8 @@ def judge(name: str, before: Any, after: Any, ref_before: Any, ref_after: Any, *
         return OutputSensitivity(name, "inconclusive", **figures, reason=(
             f"the reference moved by less than {MIN_MOVE:g} spacings of {str(before.dtype).removeprefix('torch.')}"
             + (" (or of the element's own rounding noise)" if floors else "")
+            + (f" (or {REFERENCE_NOISE_FACTOR:g} x the reference's own rounding noise there: a move within it is "
+               "the reference's rounding of an output that is zero by cancellation or by structure)" if own else "")
             + f" on every element (at most {largest:.2g}"
             + ("" if reference_precise else f", counted in units of {SAME_PRECISION_FACTOR:g} spacings: the "
                "reference runs at the output's own precision") + "): an honest kernel's output need not change"))
