@@ -518,6 +518,12 @@ def load_specs(path: Path, root: Path) -> dict[str, Any]:
 
     if not isinstance(regions, (list, tuple)) or not regions or not all(isinstance(r, TimedRegion) for r in regions):
         raise Refusal(f"{path.name} must declare REGIONS, a list of pytest_ditgate.timed_region.TimedRegion")
+    names = [region.name for region in regions]
+    twice = sorted({name for name in names if names.count(name) > 1})
+    if twice:
+        raise Refusal(f"{path.name} declares more than one region named {', '.join(map(repr, twice))}: each region "
+                      "needs a name of its own (the judge times and records regions by name, so one would replace "
+                      "the other)")
     return {region.name: region for region in regions}
 
 

@@ -415,7 +415,10 @@ def _nonfinite(tensors: Mapping[str, Any]) -> str | None:
     for tname, tensor in tensors.items():
         if not (tensor.is_floating_point() or tensor.is_complex()):
             continue
-        bad = ~torch.isfinite(tensor.detach())
+        values = tensor.detach()
+        if values.dtype.itemsize == 1 and values.is_floating_point():  # fp8: no isfinite of its own
+            values = values.float()
+        bad = ~torch.isfinite(values)
         if bool(bad.any()):
             index = tuple(int(i) for i in bad.nonzero()[0].tolist())
             return f"tensor {tname!r} holds {int(bad.sum())} NaN/Inf value(s), the first at index {index}"
