@@ -95,19 +95,26 @@ def lean(cand: torch.Tensor, ref: torch.Tensor, accumulator: Any,
     there are enough of them."""
     rule, bound = accumulator.rule, accumulator.bound
     width = ref.shape[-1] if ref.dim() and ref.shape[-1] else 1
-    c = cand.detach().reshape(-1, width).double()
-    r = ref.detach().reshape(-1, width).double()
-    diff = (c - r).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
-    size = r.abs().nan_to_num_(nan=0.0, posinf=0.0)
-    mean = float(size.mean()) if size.numel() else 0.0
-    allowed = torch.maximum((size + mean).mul_(rule.elementwise * bound), compare.spacing(size, cand.dtype))
-    if spread is not None:
-        allowed = torch.maximum(allowed, spread.detach().reshape(-1, width).double() * rule.conditioning)
-    beyond = diff.abs() > allowed
-    balance = ((diff > 0) & beyond).sum(dim=1) - ((diff < 0) & beyond).sum(dim=1)
-    counted = beyond.any(dim=1)
-    return ((int((balance > 0)[counted].sum()), int(counted.sum())),
-            (int(((diff > 0) & beyond).sum()), int(beyond.sum())))
+    rows = [t.detach().reshape(-1, width) for t in (cand, ref) + ((spread,) if spread is not None else ())]
+    step = max(1, compare.CHUNK // width)  # rows at a time: a few float64 copies of one chunk, not of the output
+    mean = sum(float(r.double().abs().nan_to_num_(nan=0.0, posinf=0.0).sum()) for r in rows[1].split(step)) / \
+        max(1, ref.numel())
+    up = counted = above = excused = 0
+    for start in range(0, rows[0].shape[0], step):
+        c, r = (t[start:start + step].double() for t in rows[:2])
+        diff = (c - r).nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0)
+        size = r.abs().nan_to_num_(nan=0.0, posinf=0.0)
+        allowed = torch.maximum((size + mean).mul_(rule.elementwise * bound), compare.spacing(size, cand.dtype))
+        if spread is not None:
+            allowed = torch.maximum(allowed, rows[2][start:start + step].double() * rule.conditioning)
+        beyond = diff.abs() > allowed
+        high, low = (diff > 0) & beyond, (diff < 0) & beyond
+        leaning = beyond.any(dim=1)
+        up += int(((high.sum(dim=1) - low.sum(dim=1)) > 0)[leaning].sum())
+        counted += int(leaning.sum())
+        above += int(high.sum())
+        excused += int(beyond.sum())
+    return (up, counted), (above, excused)
 
 
 def credible(same_rel: float | None, simulated: float, rule: Any) -> bool:
@@ -123,10 +130,12 @@ def own_error(same: torch.Tensor, ref: torch.Tensor, factor: float) -> torch.Ten
     factor); zero elsewhere. Monte Carlo noise multiplies values and never draws an underflow, which the run
     shows: a softmax of logits x 1e3 whose saved probabilities are below fp16's range has a gradient of zero
     there in any kernel that keeps them in fp16."""
-    same = same.detach()
-    flushed = same.abs() < torch.finfo(same.dtype).tiny
-    error = (same.double() - ref.detach().double()).abs_().nan_to_num_(nan=0.0, posinf=0.0)
-    return error.mul_(factor).masked_fill_(~flushed, 0.0).float().reshape(ref.shape)
+    tiny = torch.finfo(same.dtype).tiny
+    out = torch.zeros(ref.numel(), dtype=torch.float32, device=ref.device)
+    for start, (s, r) in compare.chunks(same, ref, device=ref.device):  # a chunk at a time: LLM-sized outputs
+        error = (s.double() - r.double()).abs_().nan_to_num_(nan=0.0, posinf=0.0).mul_(factor)
+        out[start:start + s.numel()] = error.masked_fill_(s.abs() >= tiny, 0.0).float()
+    return out.reshape(ref.shape)
 
 
 def tolerance_factor(bound_with: Callable[[str | None], Any]) -> float:
