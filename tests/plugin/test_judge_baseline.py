@@ -294,3 +294,18 @@ def test_the_judge_holds_ctrl_c_back_while_it_writes_a_history_record(ctrl_c_del
             time.sleep(0.05)
             written.append("record and ref")  # reached: the signal waits for the block's end
     assert written == ["record and ref"]
+
+
+@pytest.mark.slow
+def test_goldens_that_git_ignores_are_not_left_out_of_the_baseline_silently(tmp_path: Path) -> None:
+    """A ``*.safetensors`` line in .gitignore made the baseline commit hold the manifest but no golden tensors:
+    a clone named goldens it lacked. The baseline is undone, naming the ignored files."""
+    p = create(tmp_path / "project")
+    with open(p.root / ".gitignore", "a") as ignore:
+        ignore.write("*.safetensors\n")
+    p.commit("ignore tensors")
+    before = tree_state(p)
+    result = baseline(p)
+    assert result.returncode != 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "git ignores golden/" in result.stderr and "un-ignore the golden store" in result.stderr
+    assert tree_state(p) == before

@@ -73,6 +73,20 @@ class BaselineTransaction:
         for note in snapshot.notes:
             print(f"ditgate: {note}", file=sys.stderr)
 
+    def refuse_ignored(self) -> None:
+        """The goldens, their manifest and the lock must go into the baseline commit: a file of them that git
+        ignores (a ``*.safetensors`` line in ``.gitignore``) would be left out silently, and a clone would hold
+        a manifest naming goldens it lacks. Raises ``GitError`` naming them (the baseline is undone)."""
+        root = Path(self.root).resolve()
+        paths = [str(p.resolve().relative_to(root)) for p in (self.store, self.lock.lock_path)
+                 if p.resolve().is_relative_to(root)]
+        hidden = [path for path in git.ignored(self.root, paths) if not path.endswith(".lock")]
+        if hidden:
+            raise git.GitError(f"git ignores {', '.join(hidden[:5])}{' and more' if len(hidden) > 5 else ''}: the "
+                               "baseline commit would leave them out (a clone would hold a manifest naming goldens "
+                               "it lacks); un-ignore the golden store and the lock in .gitignore (filelock's "
+                               "*.lock files may stay ignored)")
+
     def commit(self, parent: str | None, facts: Facts, verdict: Verdict, detail: dict[str, Any],
                row: dict[str, Any], lock_changes: list[str]) -> dict[str, Any]:
         """Seal the genesis (what every later run must show) into the lock, commit the tree, and start the
@@ -86,6 +100,7 @@ class BaselineTransaction:
         genesis = history.seal(self.lane, {"kind": "genesis", "parent": parent, "time_utc": detail["time_utc"],
                                            "expected": expected, "lock_changes": lock_changes}, None)
         write_lock(self.lock, lanes={self.lane: {"genesis": genesis["hash"]}})
+        self.refuse_ignored()
         anchor = git.commit_all(self.root, f"ditgate baseline: lane {self.lane}")
         detail["commit"] = row["commit"] = git.short(anchor)
         path = self.history_file
