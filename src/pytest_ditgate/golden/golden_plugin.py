@@ -48,7 +48,9 @@ def golden_dir(config: pytest.Config, mode: str = "check") -> Path:
 
     raw = options.get_option(config, GOLDEN_DIR)
     path = project_path(config.rootpath, raw) if raw else Path(config.rootpath) / "golden"
-    if raw and _judged() and path.resolve() != (Path(config.rootpath) / "golden").resolve():
+    from pytest_ditgate.judged_run import in_judged_run
+
+    if raw and in_judged_run() and path.resolve() != (Path(config.rootpath) / "golden").resolve():
         raise pytest.UsageError(f"--ditgate-golden-dir / ini ditgate_golden_dir = {raw}: the judge (ditgate baseline "
                                 "and experiment) reads and locks the golden store at golden/ only; remove the "
                                 "setting (from addopts or the ini file) to judge a lane")
@@ -64,15 +66,6 @@ def golden_dir(config: pytest.Config, mode: str = "check") -> Path:
         if problem is not None:
             raise pytest.UsageError(f"--ditgate-golden-dir={raw}: {problem}")
     return path
-
-
-def _judged() -> bool:
-    """Whether this run is a judged child (``ditgate baseline``/``experiment`` started it)."""
-    import os
-
-    from pytest_ditgate.judged_run import OUT_ENV
-
-    return bool(os.environ.get(OUT_ENV))
 
 
 def golden_mode(config: pytest.Config) -> str:
